@@ -1,0 +1,20 @@
+"""nbgrad: see and change activations and gradients inside PyTorch models, from a notebook."""
+from .api import backward, save, trace
+from .errors import GradError, InputError, ModulePathError, NbgradError, OrderError
+from .models import load_model, tokenizer_for
+from .runtime import Result
+
+__version__ = "0.1.0"
+
+__all__ = ["load_model", "tokenizer_for", "trace", "backward", "save", "Result", "NbgradError",
+           "GradError", "InputError", "ModulePathError", "OrderError", "__version__"]
+
+
+def load_ipython_extension(ipython):
+    from .magics import load
+    load(ipython)
+
+
+def unload_ipython_extension(ipython):
+    from .magics import unload
+    unload(ipython)

@@ -1,0 +1,96 @@
+"""`nbgrad.trace` and `nbgrad.backward`: the engine behind the magics, for scripts and tests."""
+from __future__ import annotations
+
+import textwrap
+
+import torch
+from torch import nn
+
+from . import models
+from .compiler import compile_cell
+from .inputs import call_arguments, input_ids_of
+from .runtime import Result, Runtime, active_runtime
+
+_MISSING = object()
+
+
+def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *, no_grad: bool = False,
+          tokenizer=None, graph: bool = False, quiet: bool = True) -> Result:
+    """Run `source` (the body of a `%%trace` cell) on `model` called with `input`."""
+    program = compile_cell(textwrap.dedent(source), "trace")
+    if graph:
+        return Result(saved={}, graph=program.graph)
+    namespace = _namespace(namespace, model)
+    models.remember(model)
+    args, kwargs = call_arguments(input, model, tokenizer or models.tokenizer_for(model))
+    runtime = Runtime(program, namespace, model=model, no_grad=no_grad)
+    result = runtime.run_trace(args, kwargs)
+    result.input_ids = input_ids_of(args, kwargs)
+    return result
+
+
+def backward(loss: torch.Tensor, source: str = "", namespace: dict | None = None, *, grad_output=None,
+             retain_graph: bool = False, create_graph: bool = False, graph: bool = False,
+             quiet: bool = True) -> Result:
+    """A standalone backward pass of `loss`; `source` reads and edits `.grad` like a `%%backward` body."""
+    program = compile_cell(textwrap.dedent(source), "backward")
+    if graph:
+        return Result(saved={}, graph=program.graph)
+    namespace = namespace if namespace is not None else {}
+    leaves = _leaves(loss) if isinstance(loss, torch.Tensor) else []
+    held = {id(leaf) for leaf in leaves if leaf.grad is not None}
+    runtime = Runtime(program, namespace)
+    result = runtime.run_backward(loss, grad_output=grad_output, retain_graph=retain_graph,
+                                  create_graph=create_graph)
+    names = _leaf_names(namespace)
+    for leaf in leaves:
+        name = names.get(id(leaf), f"leaf {tuple(leaf.shape)}")
+        result.leaf_grads[name] = leaf.grad
+        if id(leaf) in held:
+            result.accumulated.add(name)
+    return result
+
+
+def save(value):
+    """`nbgrad.save(x)`: keep x after the cell (same as `x.save()`); returns x."""
+    runtime = active_runtime()
+    return runtime.save(value, label="nbgrad.save(...)") if runtime is not None else value
+
+
+def _namespace(namespace, model):
+    if namespace is None:
+        import nbgrad
+        return {"model": model, "torch": torch, "nbgrad": nbgrad}
+    return namespace
+
+
+def _leaves(loss: torch.Tensor) -> list:
+    """Leaf tensors whose .grad this backward pass fills, in the order the graph reaches them."""
+    leaves, seen, stack = [], set(), [loss.grad_fn]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        variable = getattr(fn, "variable", None)
+        if variable is not None:
+            leaves.append(variable)
+        stack.extend(next_fn for next_fn, _ in fn.next_functions)
+    if loss.grad_fn is None and loss.requires_grad:
+        leaves.append(loss)
+    return leaves[::-1]
+
+
+def _leaf_names(namespace: dict) -> dict:
+    """id(tensor) -> how the namespace names it: `x`, `model.transformer.h[0].mlp.c_fc.weight`."""
+    names = {}
+    for name, value in namespace.items():
+        if name.startswith("_"):
+            continue
+        if isinstance(value, torch.Tensor):
+            names.setdefault(id(value), name)
+        elif isinstance(value, nn.Module):
+            for param_name, param in value.named_parameters():
+                path = "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in param_name.split("."))
+                names.setdefault(id(param), f"{name}{path}")
+    return names

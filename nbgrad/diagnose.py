@@ -1,0 +1,172 @@
+"""Every user-facing explanation of what went wrong, in one place: short, with the remedy."""
+from __future__ import annotations
+
+import ast
+import difflib
+
+import torch
+from torch import nn
+
+from .errors import GradError, ModulePathError
+
+
+def module_path(model: nn.Module, module: nn.Module, root: str = "model") -> str | None:
+    """`model.transformer.h[3]` for a submodule, or None when it is not part of the model."""
+    for name, candidate in model.named_modules():
+        if candidate is module:
+            parts = [root]
+            for piece in name.split(".") if name else []:
+                parts.append(f"[{piece}]" if piece.isdigit() else f".{piece}")
+            return "".join(parts)
+    return None
+
+
+def _steps(expr: ast.expr) -> list:
+    """`model.transformer.h[12]` -> [Name model, Attribute transformer, Attribute h, Subscript 12]."""
+    steps = []
+    while isinstance(expr, (ast.Attribute, ast.Subscript)):
+        steps.append(expr)
+        expr = expr.value
+    steps.append(expr)
+    return steps[::-1]
+
+
+def _explain_step(parent, step: ast.expr, parent_text: str, namespace: dict) -> str | None:
+    if isinstance(step, ast.Subscript) and isinstance(parent, (nn.ModuleList, nn.Sequential)):
+        count = len(parent)
+        kind = "blocks" if isinstance(parent, nn.ModuleList) else "modules"
+        span = f"0–{count - 1}" if count else "none"
+        return f"{parent_text} has {count} {kind}, indices {span} (or -{count}–-1)"
+    if isinstance(step, ast.Attribute) and isinstance(parent, nn.Module):
+        children = [name for name, _ in parent.named_children()]
+        near = difflib.get_close_matches(step.attr, children, n=3, cutoff=0.5)
+        hint = f"; nearest: {', '.join(near)}" if near else f"; its submodules: {', '.join(children) or 'none'}"
+        return f"{parent_text} ({type(parent).__name__}) has no submodule '{step.attr}'{hint}"
+    if isinstance(step, ast.Subscript) and isinstance(parent, nn.ModuleDict):
+        return f"{parent_text} has no key {ast.unparse(step.slice)}; its keys: {', '.join(parent.keys())}"
+    return None
+
+
+def module_path_error(use, namespace: dict, error: Exception) -> ModulePathError:
+    """Say which step of a module path is not in the model, and what is there instead."""
+    try:
+        expr = ast.parse(use.target, mode="eval").body
+    except SyntaxError:
+        return ModulePathError(f"{use.target}.{use.kind}: {error}", use.line)
+    steps = _steps(expr)
+    try:
+        value = eval(compile(ast.Expression(steps[0]), "<path>", "eval"), namespace)
+        for depth, step in enumerate(steps[1:], start=1):
+            parent_text = ast.unparse(steps[depth - 1])
+            try:
+                value = _apply(value, step, namespace)
+            except (AttributeError, IndexError, KeyError, TypeError):
+                explained = _explain_step(value, step, parent_text, namespace)
+                if explained:
+                    return ModulePathError(f"{ast.unparse(step)} is not in the model: {explained}", use.line)
+                raise
+    except Exception:
+        pass
+    return ModulePathError(f"{use.target}.{use.kind}: {type(error).__name__}: {error}", use.line)
+
+
+def _apply(parent, step: ast.expr, namespace: dict):
+    if isinstance(step, ast.Attribute):
+        return getattr(parent, step.attr)
+    index = eval(compile(ast.Expression(step.slice), "<path>", "eval"), namespace)
+    return parent[index]
+
+
+def never_ran(use, module, model, after_forward: bool, late: bool = False) -> str:
+    target = f"{use.target}.{use.kind}"
+    if model is not None and isinstance(module, nn.Module) and module_path(model, module) is None:
+        return f"{target}: {use.target} ({type(module).__name__}) is not part of the traced model"
+    if after_forward:
+        return (f"{target} was asked for after the model had finished its forward pass, and "
+                f"{use.target} did not run after that: read it earlier, or save it")
+    if late:
+        return (f"{target} never came: the statement asked for it only while the model was already running, "
+                f"after {use.target} had (most likely) run. nbgrad could not tell ahead of time which module "
+                f"this expression names; write the path with constants, or read the modules in forward order")
+    return f"{target} never came: {use.target} never ran during this call of the model"
+
+
+def too_late(use, cause) -> str:
+    target = f"{use.target}.{use.kind}"
+    if use.kind == "grad":
+        what = f"the gradient of {use.target} has already flowed on to earlier layers"
+    else:
+        what = f"{use.target} has already run and later modules have used its {use.kind}"
+    because = ""
+    if cause is not None and cause.line != use.line:
+        because = f"; the statement could only run once {cause.target}.{cause.kind} (line {cause.line}) existed"
+    return f"{target} is edited too late: {what}{because}. Move the edit so it only needs earlier values"
+
+
+def no_backward_pass(use, mode: str) -> str:
+    return (f"{use.target}.grad is read, but the cell runs no backward pass: add `loss.backward()` or "
+            f"`with loss.backward():` to the cell, or use %%backward LOSS in a later cell")
+
+
+def grad_not_required(use, no_grad: bool) -> str:
+    if no_grad:
+        return (f"{use.target}.grad: the cell ran under --no-grad / torch.no_grad(), so nothing records "
+                f"gradients; drop --no-grad")
+    return (f"{use.target}.grad: {use.target} does not require grad, so no gradient flows into it; "
+            f"call {use.target}.requires_grad_(True) before the loss is computed")
+
+
+def grad_never_computed(use, tensor: torch.Tensor, backward_pass) -> str:
+    base = (f"{use.target}.grad was never computed by the backward pass of line {backward_pass.line} "
+            f"({backward_pass.source}): the loss does not depend on {use.target}")
+    made_by = type(tensor.grad_fn).__name__ if tensor.grad_fn is not None else ""
+    if any(op in made_by for op in ("Select", "Slice", "Index", "Unbind", "Split")):
+        base += (f". {use.target} is a slice taken after the fact: slicing makes a new tensor that the loss "
+                 f"never used. Read .grad of the tensor itself, then slice the gradient")
+    elif tensor._base is not None:
+        base += (f". {use.target} is a view made from another tensor after the fact; read .grad of the "
+                 f"tensor itself")
+    return base
+
+
+def backward_never_ran(use, backward_pass) -> str:
+    return (f"{use.target}.grad waits for the backward pass of line {backward_pass.line} "
+            f"({backward_pass.source}), which never ran")
+
+
+def second_backward(backward_pass) -> str:
+    return (f"backward through the same graph a second time: its buffers were freed by the first pass. "
+            f"Pass retain_graph=True to the first backward (--retain-graph on %%backward)")
+
+
+def check_loss(loss: torch.Tensor, backward_pass, args, kwargs, no_grad: bool, namespace: dict,
+               model) -> None:
+    """Refuse a backward pass that cannot work, saying why and what to do."""
+    gradient_given = bool(args) or kwargs.get("gradient") is not None or kwargs.get("grad_tensors") is not None
+    if loss.numel() != 1 and not gradient_given:
+        raise GradError(
+            f"the loss has shape {tuple(loss.shape)}, not a scalar: backward needs a scalar, or the vector of a "
+            f"vector-Jacobian product. Reduce it (`.sum()` or `.mean()`), or give that vector: "
+            f"--grad-output V on %%backward, gradient=V in .backward()", backward_pass.line or None)
+    if not loss.requires_grad:
+        raise GradError(_no_grad_reason(no_grad, namespace, model), backward_pass.line or None)
+
+
+def _no_grad_reason(no_grad: bool, namespace: dict, model) -> str:
+    head = "the loss does not require grad, so there is nothing to backpropagate"
+    if no_grad or not torch.is_grad_enabled():
+        return f"{head}: the cell ran under --no-grad / torch.no_grad(); drop --no-grad"
+    if model is not None:
+        frozen = not any(p.requires_grad for p in model.parameters())
+        if frozen:
+            return (f"{head}: no parameter of the model requires grad (all are frozen) and no traced value "
+                    f"was marked; call .requires_grad_(True) on the output you want gradients from")
+        return f"{head}: it was not computed from anything that requires grad"
+    lacking = [name for name, value in namespace.items()
+               if isinstance(value, torch.Tensor) and not name.startswith("_") and value.is_leaf
+               and not value.requires_grad and value.is_floating_point()]
+    if lacking:
+        return (f"{head}: none of its inputs requires grad; {', '.join(lacking[:6])} "
+                f"{'has' if len(lacking) == 1 else 'have'} requires_grad=False: create them with "
+                f"requires_grad=True (or call .requires_grad_())")
+    return f"{head}: none of its inputs was created with requires_grad=True"

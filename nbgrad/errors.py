@@ -1,0 +1,78 @@
+"""The error family of nbgrad, and the mapping from generated code back to cell lines."""
+from __future__ import annotations
+
+import linecache
+import types
+
+CELL_FILENAME_PREFIX = "<nbgrad-cell-"
+
+
+class NbgradError(Exception):
+    """An error in a traced cell. Its message names the cell line it concerns."""
+
+    def __init__(self, message: str, line: int | None = None):
+        self.line = line
+        self.detail = message
+        super().__init__(f"line {line}: {message}" if line else message)
+
+    def _render_traceback_(self):
+        """IPython shows this instead of a traceback of nbgrad's internals: one message and its cause."""
+        lines = [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}"]
+        if self.__cause__ is not None:
+            lines.append(f"  caused by {type(self.__cause__).__name__}: {self.__cause__}")
+        return lines
+
+
+class ModulePathError(NbgradError, AttributeError):
+    """A module path that is not in the model."""
+
+
+class InputError(NbgradError, ValueError):
+    """An INPUT that cannot be turned into model call arguments."""
+
+
+class GradError(NbgradError, RuntimeError):
+    """A backward pass or gradient statement that cannot run."""
+
+
+class OrderError(NbgradError, RuntimeError):
+    """A statement that cannot run in time: its event has already passed or never comes."""
+
+
+class UnsavedNameError(NameError):
+    """A name the cell bound to a traced value that was not saved."""
+
+
+def register_cell_source(source: str, serial: int) -> str:
+    """Make the cell text visible to tracebacks under a filename of its own."""
+    filename = f"{CELL_FILENAME_PREFIX}{serial}>"
+    lines = source.splitlines(keepends=True)
+    linecache.cache[filename] = (len(source), None, lines, filename)
+    return filename
+
+
+def is_cell_frame(frame: types.FrameType) -> bool:
+    return frame.f_code.co_filename.startswith(CELL_FILENAME_PREFIX)
+
+
+def cell_traceback(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """Keep only the frames of the cell, so a traceback points at the cell's own lines."""
+    frames = []
+    while tb is not None:
+        if is_cell_frame(tb.tb_frame):
+            frames.append((tb.tb_frame, tb.tb_lasti, tb.tb_lineno))
+        tb = tb.tb_next
+    trimmed = None
+    for frame, lasti, lineno in reversed(frames):
+        trimmed = types.TracebackType(trimmed, frame, lasti, lineno)
+    return trimmed
+
+
+def cell_line_of(tb: types.TracebackType | None) -> int | None:
+    """The deepest cell line in a traceback."""
+    line = None
+    while tb is not None:
+        if is_cell_frame(tb.tb_frame):
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line

@@ -1,0 +1,92 @@
+"""The hook graph of a cell: statements as nodes, the events and names they need as edges."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+EVENT_KINDS = ("output", "input", "inputs", "grad")
+
+
+@dataclass(frozen=True)
+class EventUse:
+    """One place in the cell that reads or writes an event."""
+    kind: str            # output | input | inputs | grad
+    target: str          # source text of the module (or tensor, for grad) expression
+    line: int
+    write: bool = False
+
+    def describe(self) -> str:
+        return f"{self.target}.{self.kind}"
+
+
+@dataclass
+class Node:
+    index: int
+    line: int
+    end_line: int
+    source: str
+    reads: frozenset = frozenset()
+    binds: frozenset = frozenset()
+    events: tuple = ()
+    deps: tuple = ()                 # indices of nodes that must finish first
+    block: int | None = None         # backward pass whose `with` block holds this node
+    starts_passes: tuple = ()        # backward passes this node runs
+
+
+@dataclass
+class BackwardPass:
+    index: int
+    line: int
+    source: str
+    block: bool                      # written as `with LOSS.backward():`
+
+
+@dataclass
+class HookGraph:
+    nodes: list = field(default_factory=list)
+    passes: list = field(default_factory=list)
+
+    def events(self):
+        return [event for node in self.nodes for event in node.events]
+
+    def to_text(self) -> str:
+        lines = ["hook graph", "events:"]
+        seen = {}
+        for event in self.events():
+            key = (event.kind, event.target)
+            seen.setdefault(key, []).append(event)
+        if not seen:
+            lines.append("  (none: the model runs with no hooks)")
+        for (kind, target), uses in seen.items():
+            hook = "tensor hook" if kind == "grad" else (
+                "forward pre-hook" if kind in ("input", "inputs") else "forward hook")
+            how = ", ".join(f"line {u.line} {'writes' if u.write else 'reads'}" for u in uses)
+            lines.append(f"  {target}.{kind}  [{hook}]  {how}")
+        if self.passes:
+            lines.append("backward passes:")
+            for bw in self.passes:
+                shape = "with-block" if bw.block else "statement"
+                lines.append(f"  pass {bw.index}: line {bw.line} ({shape}) {bw.source}")
+        lines.append("nodes:")
+        for node in self.nodes:
+            needs = [f"{e.describe()}" for e in node.events]
+            after = [f"node {d} (line {self.nodes[d].line})" for d in node.deps]
+            lines.append(f"  node {node.index} (line {node.line}): {node.source.splitlines()[0]}")
+            if needs:
+                lines.append(f"      waits for: {', '.join(dict.fromkeys(needs))}")
+            if after:
+                lines.append(f"      after: {', '.join(after)}")
+            if node.block is not None:
+                lines.append(f"      inside backward pass {node.block}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {
+            "nodes": [{"index": n.index, "line": n.line, "source": n.source,
+                       "reads": sorted(n.reads), "binds": sorted(n.binds),
+                       "deps": list(n.deps), "block": n.block,
+                       "events": [{"kind": e.kind, "target": e.target, "line": e.line,
+                                   "write": e.write} for e in n.events]}
+                      for n in self.nodes],
+            "passes": [{"index": p.index, "line": p.line, "source": p.source, "block": p.block}
+                       for p in self.passes],
+        }

@@ -1,0 +1,155 @@
+"""IPython magics: parse the line, call the engine, display. No engine logic here."""
+from __future__ import annotations
+
+import ast
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from . import api, models
+from .errors import InputError, NbgradError
+from .runtime import UNSAVED_KEY
+
+
+def split_expression(rest: str, magic, head: str) -> tuple:
+    """Split `EXPR --opts` where EXPR is Python (quotes, brackets, spaces): try each ` -` from the left."""
+    rest = rest.strip()
+    candidates = [i for i, ch in enumerate(rest) if ch == "-" and (i == 0 or rest[i - 1].isspace())]
+    for index in candidates:
+        expression, options = rest[:index].strip(), rest[index:]
+        if expression and not _is_expression(expression):
+            continue
+        try:
+            parsed = parse_argstring(magic, f"{head} {options}")
+        except UsageError:
+            continue
+        if getattr(parsed, "input", None) is None and getattr(parsed, "extra", None) is None:
+            return expression or None, parsed
+    if rest and not _is_expression(rest):
+        raise UsageError(f"cannot read `{rest}` as a Python expression followed by options; see %{magic.__name__}?")
+    return rest or None, parse_argstring(magic, head)
+
+
+def _is_expression(text: str) -> bool:
+    try:
+        ast.parse(text, mode="eval")
+        return True
+    except SyntaxError:
+        return False
+
+
+@magics_class
+class NbgradMagics(Magics):
+
+    @magic_arguments()
+    @argument("model", help="name of a torch.nn.Module in the notebook's namespace")
+    @argument("input", nargs="?", help="Python expression: a string or list of strings (tokenized), "
+                                        "a tensor, a dict / BatchEncoding (keyword arguments) or a tuple")
+    @argument("--no-grad", action="store_true", help="run under torch.no_grad()")
+    @argument("-q", "--quiet", action="store_true", help="no inline display")
+    @argument("--graph", action="store_true", help="show the hook graph of the cell and do not run it")
+    @argument("--tokenizer", default=None, help="expression for the tokenizer of a text INPUT")
+    @cell_magic
+    def trace(self, line, cell):
+        """Run the cell's intervention code on MODEL called with INPUT."""
+        __tracebackhide__ = True
+        head, _, rest = line.strip().partition(" ")
+        if not head:
+            raise UsageError("usage: %%trace MODEL INPUT [options]; see %%trace?")
+        input_text, args = split_expression(rest, self.trace, head)
+        namespace = self.shell.user_ns
+        model = self._model(head)
+        if args.graph:
+            print(api.trace(model, None, cell, namespace, graph=True).graph.to_text())
+            return None
+        tokenizer = self._evaluate(args.tokenizer, "--tokenizer") if args.tokenizer else None
+        if input_text is None:
+            raise InputError("missing INPUT: write `%%trace MODEL INPUT`. " + _input_help())
+        value = self._evaluate(input_text, "INPUT")
+        result = api.trace(model, value, cell, namespace, no_grad=args.no_grad, tokenizer=tokenizer)
+        self._display(result, args.quiet, model)
+        return None
+
+    @magic_arguments()
+    @argument("loss", help="expression for the tensor to backpropagate from")
+    @argument("--grad-output", default=None, help="expression: the vector of a vector-Jacobian product")
+    @argument("--retain-graph", action="store_true", help="keep the graph for another backward pass")
+    @argument("--create-graph", action="store_true", help="record the backward pass for higher-order gradients")
+    @argument("-q", "--quiet", action="store_true", help="no inline display")
+    @argument("--graph", action="store_true", help="show the hook graph of the cell and do not run it")
+    @cell_magic
+    def backward(self, line, cell):
+        """A standalone backward pass of LOSS; the body reads and edits `.grad` of any tensor."""
+        __tracebackhide__ = True
+        loss_text, args = split_expression(line, self.backward, "_")
+        if loss_text is None:
+            raise UsageError("usage: %%backward LOSS [options]; see %%backward?")
+        namespace = self.shell.user_ns
+        if args.graph:
+            print(api.backward(None, cell, namespace, graph=True).graph.to_text())
+            return None
+        loss = self._evaluate(loss_text, "LOSS")
+        grad_output = self._evaluate(args.grad_output, "--grad-output") if args.grad_output else None
+        result = api.backward(loss, cell, namespace, grad_output=grad_output, retain_graph=args.retain_graph,
+                              create_graph=args.create_graph)
+        self._display(result, args.quiet, None)
+        return None
+
+    @line_magic
+    def nbgrad(self, line):
+        """Version, extension state, models seen, hooks live."""
+        from . import status
+        print(status.report(self.shell.user_ns))
+
+    # helpers
+    def _model(self, name: str):
+        from torch import nn
+        namespace = self.shell.user_ns
+        if name not in namespace:
+            raise NbgradError(f"unknown model '{name}': no such name in the notebook. Define it first, "
+                              f"e.g. `{name} = nbgrad.load_model()`")
+        model = namespace[name]
+        if not isinstance(model, nn.Module):
+            raise NbgradError(f"'{name}' is a {type(model).__name__}, not a torch.nn.Module")
+        return model
+
+    def _evaluate(self, text: str, what: str):
+        try:
+            return eval(text, self.shell.user_ns)
+        except Exception as error:
+            raise InputError(f"{what} `{text}` could not be evaluated: {type(error).__name__}: {error}") from error
+
+    def _display(self, result, quiet: bool, model) -> None:
+        from . import comm
+        comm.after_cell(self.shell, model, result)
+        if quiet or not result.saved and not result.leaf_grads:
+            return
+        from IPython.display import display
+        from .views import panel_for_result
+        display(panel_for_result(result, model))
+
+
+def _input_help() -> str:
+    from .inputs import INPUT_HELP
+    return INPUT_HELP
+
+
+def _explain_unsaved(shell, etype, value, tb, tb_offset=None):
+    """A NameError for a name the last trace bound but did not save says to `.save()` it."""
+    name = getattr(value, "name", None)
+    if name and name in shell.user_ns.get(UNSAVED_KEY, ()):
+        value.args = (f"name '{name}' is not defined: it was bound inside a %%trace cell to a traced value "
+                      f"that was not saved. Add `.save()` (`{name} = ....save()`) to keep it after the cell",)
+    return shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
+
+
+def load(ipython) -> None:
+    ipython.register_magics(NbgradMagics)
+    ipython.set_custom_exc((NameError,), _explain_unsaved)
+    from . import comm
+    comm.register(ipython)
+
+
+def unload(ipython) -> None:
+    ipython.set_custom_exc((), None)

@@ -1,0 +1,276 @@
+"""The forward side of the engine, each case against raw forward hooks on the same weights."""
+import gc
+import weakref
+
+import pytest
+import torch
+from torch import nn
+
+import nbgrad
+from conftest import assert_clean, model_state, tiny_gpt2
+
+
+def raw_outputs(model, ids, modules, edit=None):
+    """Run with plain register_forward_hook: the outputs of `modules` (after `edit`), and the logits."""
+    seen, handles = {}, []
+    for index, module in enumerate(modules):
+        def hook(mod, args, output, index=index):
+            if edit is not None:
+                replaced = edit(index, output)
+                if replaced is not None:
+                    output = replaced
+            seen[index] = output
+            return output
+        handles.append(module.register_forward_hook(hook))
+    try:
+        logits = model(ids).logits
+    finally:
+        for handle in handles:
+            handle.remove()
+    return seen, logits
+
+
+def test_reads_out_of_execution_order(tiny, ids):
+    before = model_state(tiny)
+    result = nbgrad.trace(tiny, ids, """
+last = model.transformer.h[-1].output.save()
+first = model.transformer.h[0].output.save()
+mid = model.transformer.h[2].mlp.output.save()
+""")
+    blocks = tiny.transformer.h
+    seen, _ = raw_outputs(tiny, ids, [blocks[3], blocks[0], blocks[2].mlp])
+    assert torch.equal(result.saved["last"], seen[0])
+    assert torch.equal(result.saved["first"], seen[1])
+    assert torch.equal(result.saved["mid"], seen[2])
+    assert list(result.saved) == ["last", "first", "mid"]
+    assert_clean(tiny, before)
+
+
+def test_read_of_later_layer_then_earlier_inside_one_statement(tiny, ids):
+    result = nbgrad.trace(tiny, ids, "diff = (model.transformer.h[3].output - model.transformer.h[1].output).save()")
+    seen, _ = raw_outputs(tiny, ids, [tiny.transformer.h[3], tiny.transformer.h[1]])
+    assert torch.allclose(result.saved["diff"], seen[0] - seen[1])
+
+
+def test_replace_output(tiny, ids):
+    before = model_state(tiny)
+    result = nbgrad.trace(tiny, ids, """
+model.transformer.h[1].output = model.transformer.h[1].output * 2 + 1
+logits = model.output.logits.save()
+""")
+    _, logits = raw_outputs(tiny, ids, [tiny.transformer.h[1]], edit=lambda i, out: out * 2 + 1)
+    assert torch.allclose(result.saved["logits"], logits)
+    plain = tiny(ids).logits
+    assert not torch.allclose(plain, logits)
+    assert_clean(tiny, before)
+
+
+def test_in_place_edit_reaches_later_modules(tiny, ids):
+    result = nbgrad.trace(tiny, ids, """
+before = model.transformer.h[0].output.clone().save()
+model.transformer.h[0].output[:, -1] = 0
+after = model.transformer.h[0].output.save()
+logits = model.lm_head.output.save()
+""")
+
+    def edit(index, out):
+        out[:, -1] = 0
+    seen, logits = raw_outputs(tiny, ids, [tiny.transformer.h[0]], edit=edit)
+    assert torch.allclose(result.saved["logits"], logits)
+    assert torch.equal(result.saved["after"], seen[0])
+    assert result.saved["after"][:, -1].abs().sum() == 0
+    assert result.saved["before"][:, -1].abs().sum() > 0
+
+
+def test_per_layer_loop_scales_every_block(tiny, ids):
+    before = model_state(tiny)
+    result = nbgrad.trace(tiny, ids, """
+for i in range(len(model.transformer.h)):
+    model.transformer.h[i].output[:] *= 0.5
+logits = model.output.logits.save()
+""")
+
+    def edit(index, out):
+        out.mul_(0.5)
+    _, logits = raw_outputs(tiny, ids, list(tiny.transformer.h), edit=edit)
+    assert torch.allclose(result.saved["logits"], logits)
+    assert_clean(tiny, before)
+
+
+def test_loop_reading_in_reverse_order_uses_kept_values(tiny, ids):
+    result = nbgrad.trace(tiny, ids, """
+norms = []
+for i in reversed(range(4)):
+    norms.append(model.transformer.h[i].output.norm().item())
+""")
+    seen, _ = raw_outputs(tiny, ids, list(tiny.transformer.h))
+    assert result.saved == {}
+    # `norms` holds floats, not traced tensors: it stays bound in the namespace
+    ns = {"model": tiny}
+    nbgrad.trace(tiny, ids, "norms = [model.transformer.h[i].output.norm().item() for i in (3, 2, 1, 0)]", ns)
+    assert ns["norms"] == pytest.approx([seen[i].norm().item() for i in (3, 2, 1, 0)])
+
+
+def test_input_and_inputs(tiny, ids):
+    result = nbgrad.trace(tiny, ids, """
+x = model.transformer.h[2].input.save()
+args, kwargs = model.transformer.h[2].inputs
+n_args = len(args)
+""")
+    seen, _ = raw_outputs(tiny, ids, [tiny.transformer.h[1]])
+    assert torch.equal(result.saved["x"], seen[0])
+
+
+def test_input_replacement(tiny, ids):
+    result = nbgrad.trace(tiny, ids, """
+model.transformer.ln_f.input = model.transformer.ln_f.input * 0
+logits = model.output.logits.save()
+""")
+    captured = {}
+
+    def pre(mod, args):
+        return (args[0] * 0,)
+    handle = tiny.transformer.ln_f.register_forward_pre_hook(pre)
+    try:
+        expected = tiny(ids).logits
+    finally:
+        handle.remove()
+    assert torch.allclose(result.saved["logits"], expected)
+
+
+def test_plain_module_with_tensor_input():
+    torch.manual_seed(1)
+    net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    x = torch.randn(3, 4)
+    result = nbgrad.trace(net, x, """
+hidden = model[1].output.save()
+model[0].output[:] = model[0].output.abs()
+out = model.output.save()
+""")
+    seen = {}
+    h0 = net[0].register_forward_hook(lambda m, a, o: o.abs())
+    h1 = net[1].register_forward_hook(lambda m, a, o: seen.setdefault("hidden", o))
+    try:
+        expected = net(x)
+    finally:
+        h0.remove(), h1.remove()
+    assert torch.allclose(result.saved["out"], expected)
+    assert torch.allclose(result.saved["hidden"], seen["hidden"])
+
+
+def test_batch_of_prompts_is_one_padded_batch(default_model):
+    tokenizer = nbgrad.tokenizer_for(default_model)
+    prompts = ["Hello World", "The cat sat on the mat"]
+    result = nbgrad.trace(default_model, prompts, "hs = model.transformer.h[1].output.save()")
+    encoded = tokenizer(prompts, return_tensors="pt", padding=True)
+    seen = {}
+    handle = default_model.transformer.h[1].register_forward_hook(lambda m, a, o: seen.setdefault("hs", o))
+    try:
+        default_model(**encoded)
+    finally:
+        handle.remove()
+    assert result.saved["hs"].shape[0] == 2
+    assert torch.equal(result.saved["hs"], seen["hs"])
+
+
+def test_dict_and_tuple_inputs(tiny, ids):
+    by_dict = nbgrad.trace(tiny, {"input_ids": ids}, "out = model.output.logits.save()")
+    by_tuple = nbgrad.trace(tiny, (ids,), "out = model.output.logits.save()")
+    assert torch.equal(by_dict.saved["out"], by_tuple.saved["out"])
+    assert torch.equal(by_dict.saved["out"], tiny(ids).logits)
+
+
+def test_magic_and_api_give_the_same_values(shell, tiny, ids):
+    shell.user_ns.update(tiny_model=tiny, ids=ids)
+    before = model_state(tiny)
+    shell.run_cell_magic("trace", "tiny_model ids -q", """
+hs = tiny_model.transformer.h[2].output.save()
+tiny_model.transformer.h[0].output[:] *= 3
+logits = tiny_model.output.logits.save()
+""")
+    api = nbgrad.trace(tiny, ids, """
+hs = model.transformer.h[2].output.save()
+model.transformer.h[0].output[:] *= 3
+logits = model.output.logits.save()
+""")
+    assert torch.equal(shell.user_ns["hs"], api.saved["hs"])
+    assert torch.equal(shell.user_ns["logits"], api.saved["logits"])
+    assert type(shell.user_ns["hs"]) is torch.Tensor
+    assert_clean(tiny, before)
+
+
+def test_saved_values_keep_autograd_history(tiny, ids):
+    result = nbgrad.trace(tiny, ids, "hs = model.transformer.h[1].output.save()")
+    assert result.saved["hs"].grad_fn is not None
+
+
+def test_nothing_outlives_the_cell_but_what_was_saved(tiny, ids):
+    refs = {}
+
+    class Watch(nn.Module):
+        pass
+    ns = {"model": tiny, "refs": refs, "weakref": weakref}
+    gc.disable()
+    try:
+        nbgrad.trace(tiny, ids, """
+h0 = model.transformer.h[0].output.save()
+h2 = model.transformer.h[2].output
+h3 = model.transformer.h[3].output
+refs['h2'] = weakref.ref(h2)
+refs['h3'] = weakref.ref(h3)
+refs['logits'] = weakref.ref(model.output.logits)
+""", ns)
+        assert "h0" in ns and "h2" not in ns and "h3" not in ns
+        assert refs["h2"]() is None and refs["h3"]() is None and refs["logits"]() is None
+        handles_seen = []
+        original = nn.Module.register_forward_hook
+
+        def spy(self, *args, **kwargs):
+            handle = original(self, *args, **kwargs)
+            handles_seen.append(weakref.ref(handle))
+            return handle
+        nn.Module.register_forward_hook = spy
+        try:
+            nbgrad.trace(tiny, ids, "x = model.transformer.h[1].output.save()", {"model": tiny})
+        finally:
+            nn.Module.register_forward_hook = original
+        assert handles_seen and all(ref() is None for ref in handles_seen)
+    finally:
+        gc.enable()
+
+
+def test_unsaved_name_raises_name_error_that_says_to_save(shell, tiny, ids):
+    shell.user_ns.update(tiny_model=tiny, ids=ids)
+    shell.run_cell_magic("trace", "tiny_model ids -q", "kept = tiny_model.transformer.h[0].output.save()\n"
+                                                      "lost = tiny_model.transformer.h[1].output\n"
+                                                      "count = 3")
+    assert "kept" in shell.user_ns and shell.user_ns["count"] == 3 and "lost" not in shell.user_ns
+    result = shell.run_cell("lost")
+    assert isinstance(result.error_in_exec, NameError)
+    assert ".save()" in str(result.error_in_exec) and "lost" in str(result.error_in_exec)
+
+
+def test_graph_option_shows_the_graph_without_running(shell, tiny, ids, capsys):
+    shell.user_ns.update(tiny_model=tiny, ids=ids, calls=[])
+    handle = tiny.register_forward_hook(lambda *a: shell.user_ns["calls"].append(1))
+    try:
+        shell.run_cell_magic("trace", "tiny_model ids --graph", "a = tiny_model.transformer.h[1].output.save()\n"
+                                                               "tiny_model.transformer.h[0].output[:] = 0")
+    finally:
+        handle.remove()
+    text = capsys.readouterr().out
+    assert "tiny_model.transformer.h[1].output  [forward hook]  line 1 reads" in text
+    assert "tiny_model.transformer.h[0].output  [forward hook]  line 2 writes" in text
+    assert shell.user_ns["calls"] == []
+
+
+def test_no_grad_option_runs_without_autograd(tiny, ids):
+    result = nbgrad.trace(tiny, ids, "hs = model.transformer.h[0].output.save()", no_grad=True)
+    assert result.saved["hs"].grad_fn is None
+    assert torch.is_grad_enabled()
+
+
+def test_functions_defined_in_a_cell_keep_working(tiny, ids):
+    ns = {"model": tiny}
+    nbgrad.trace(tiny, ids, "def double(v):\n    return 2 * v\nd = double(model.transformer.h[0].output).save()", ns)
+    assert ns["double"](3) == 6
