@@ -45,6 +45,7 @@ class Program:
     candidate_targets: list         # (kind, container source, eval code): hook every child
     free_names: frozenset = field(default_factory=frozenset)
     bound_names: frozenset = field(default_factory=frozenset)
+    grad_targets: list = field(default_factory=list)   # (pass, event kind or None, eval code)
 
 
 _serial = 0
@@ -362,13 +363,28 @@ class _Builder:
         self.passes: list = []
         self.pass_at: dict = {}
         self.current_block: int | None = None
+        self.grad_targets: list = []
 
     # uses and passes
     def add_use(self, kind: str, target: ast.expr, line: int, write: bool) -> int:
         text = ast.get_source_segment(self.source, target) or ast.unparse(target)
         self.uses.append(EventUse(kind, text, line, write))
         self.use_ast.append(target)
+        if kind == "grad":
+            self._grad_target(target)
         return len(self.uses) - 1
+
+    def _grad_target(self, target: ast.expr) -> None:
+        """Remember `T` of `T.grad` when it can be evaluated when its pass starts, so its hook is in place
+        before the gradient arrives, whatever order the statements read it in."""
+        pass_index = self.pass_for(target)
+        if pass_index is None:
+            return
+        kind = None
+        if isinstance(target, ast.Attribute) and target.attr in MODULE_EVENTS:
+            kind, target = target.attr, target.value
+        if _is_simple_path(target):
+            self.grad_targets.append((pass_index, kind, _eval_code(target, self.filename)))
 
     def pass_for(self, node: ast.AST):
         """The backward pass a `.grad` belongs to: its block's, else the next one in the text, else the last."""
@@ -428,7 +444,7 @@ class _Builder:
         static, candidates = self._static_targets(free)
         bound = frozenset(n for n in all_bound if not n.startswith(TEMP_PREFIX))
         return Program(self.source, self.mode, self.filename, graph, nodes, self.uses, static, candidates,
-                       free, bound)
+                       free, bound, self.grad_targets)
 
     def _compile_node(self, index: int, stmt: ast.stmt, block) -> CompiledNode:
         self.current_block = block
@@ -469,6 +485,18 @@ class _Builder:
         return static, candidates
 
 
+def _is_simple_path(expr: ast.expr) -> bool:
+    """A name followed by attributes and constant subscripts: safe to evaluate early."""
+    if isinstance(expr, ast.Name):
+        return True
+    if isinstance(expr, ast.Attribute):
+        return expr.attr not in MODULE_EVENTS and expr.attr != "grad" and _is_simple_path(expr.value)
+    if isinstance(expr, ast.Subscript):
+        index = expr.slice.operand if isinstance(expr.slice, ast.UnaryOp) else expr.slice
+        return isinstance(index, ast.Constant) and _is_simple_path(expr.value)
+    return False
+
+
 def _eval_code(expr: ast.expr, filename: str) -> types.CodeType:
     return compile(ast.fix_missing_locations(ast.Expression(body=expr)), filename, "eval")
 
@@ -489,15 +517,20 @@ def _function_code(body: list, global_names: list, name: str, line: int, filenam
             node.end_lineno, node.end_col_offset = line, 0
     module = ast.fix_missing_locations(ast.Module(body=[function], type_ignores=[]))
     module_code = compile(module, filename, "exec")
-    return next(c for c in module_code.co_consts if isinstance(c, types.CodeType) and c.co_name == name)
+    code = next(c for c in module_code.co_consts if isinstance(c, types.CodeType) and c.co_name == name)
+    return code.replace(co_name="<cell>", co_qualname="<cell>")   # what a traceback shows
 
 
 def _add_dependencies(specs: list) -> None:
     """Order nodes by their names: a node waits for every earlier node that binds what it reads,
-    reads what it binds, or binds what it binds."""
+    reads what it binds, or binds what it binds. A backward pass is a side effect: passes keep their
+    order, and a later statement that reads no gradient runs after the passes written before it."""
     for later in specs:
+        reads_grads = any(event.kind == "grad" for event in later.events)
         deps = []
         for earlier in specs[:later.index]:
             if (earlier.binds & later.reads) or (earlier.reads & later.binds) or (earlier.binds & later.binds):
+                deps.append(earlier.index)
+            elif earlier.starts_passes and (later.starts_passes or not reads_grads) and later.block is None:
                 deps.append(earlier.index)
         later.deps = tuple(deps)

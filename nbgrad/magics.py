@@ -4,11 +4,11 @@ from __future__ import annotations
 import ast
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from . import api, models
-from .errors import InputError, NbgradError
+from .errors import InputError, NbgradError, cell_traceback
 from .runtime import UNSAVED_KEY
 
 
@@ -39,6 +39,22 @@ def _is_expression(text: str) -> bool:
         return False
 
 
+def _cell_errors(magic):
+    """Let a body error surface with the cell's own frames only; nbgrad errors render as one message."""
+    import functools
+
+    @functools.wraps(magic)
+    def wrapper(self, line, cell=""):
+        __tracebackhide__ = True
+        try:
+            return magic(self, line, cell)
+        except NbgradError as error:
+            raise error.with_traceback(None) from error.__cause__
+        except BaseException as error:
+            raise error.with_traceback(cell_traceback(error.__traceback__) or error.__traceback__)
+    return wrapper
+
+
 @magics_class
 class NbgradMagics(Magics):
 
@@ -51,6 +67,7 @@ class NbgradMagics(Magics):
     @argument("--graph", action="store_true", help="show the hook graph of the cell and do not run it")
     @argument("--tokenizer", default=None, help="expression for the tokenizer of a text INPUT")
     @cell_magic
+    @_cell_errors
     def trace(self, line, cell):
         """Run the cell's intervention code on MODEL called with INPUT."""
         __tracebackhide__ = True
@@ -78,9 +95,11 @@ class NbgradMagics(Magics):
     @argument("--create-graph", action="store_true", help="record the backward pass for higher-order gradients")
     @argument("-q", "--quiet", action="store_true", help="no inline display")
     @argument("--graph", action="store_true", help="show the hook graph of the cell and do not run it")
-    @cell_magic
-    def backward(self, line, cell):
-        """A standalone backward pass of LOSS; the body reads and edits `.grad` of any tensor."""
+    @line_cell_magic
+    @_cell_errors
+    def backward(self, line, cell=""):
+        """A standalone backward pass of LOSS; the body reads and edits `.grad` of any tensor.
+        With no body, use the line form `%backward LOSS [options]`."""
         __tracebackhide__ = True
         loss_text, args = split_expression(line, self.backward, "_")
         if loss_text is None:
@@ -141,7 +160,9 @@ def _explain_unsaved(shell, etype, value, tb, tb_offset=None):
     if name and name in shell.user_ns.get(UNSAVED_KEY, ()):
         value.args = (f"name '{name}' is not defined: it was bound inside a %%trace cell to a traced value "
                       f"that was not saved. Add `.save()` (`{name} = ....save()`) to keep it after the cell",)
-    return shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
+    shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+
+
 
 
 def load(ipython) -> None:

@@ -144,6 +144,8 @@ class Runtime:
             try:
                 request = send(value)
             except StopIteration:
+                request = None      # finish outside the handler, so later errors chain to nothing
+            if request is None:
                 self.done.add(task.node.spec.index)
                 self.tasks.remove(task)
                 self.start_ready()
@@ -345,6 +347,20 @@ class Runtime:
         self._grad_hook(tensor)
         return self._park(("grad",) + gkey, task, request)
 
+    def _hook_known_grads(self, pass_index: int) -> None:
+        """Hook every `T.grad` of this pass whose T already exists, before any gradient arrives."""
+        for target_pass, kind, code in self.program.grad_targets:
+            if target_pass != pass_index:
+                continue
+            try:
+                value = eval(code, self.ns)
+            except Exception:
+                continue        # the statement itself will say what is wrong, on its own line
+            if kind is not None:
+                value = self.values.get((id(value), kind))
+            if isinstance(value, torch.Tensor) and value.requires_grad:
+                self._grad_hook(value)
+
     def _grad_hook(self, tensor: torch.Tensor) -> None:
         tensor_id = id(tensor)
         if tensor_id in self.handles:
@@ -374,6 +390,7 @@ class Runtime:
         diagnose.check_loss(loss, backward_pass, args, kwargs, self.no_grad, self.ns, self.model)
         self.pass_state[pass_index] = "running"
         self.running_passes.append(pass_index)
+        self._hook_known_grads(pass_index)
         self.start_ready()
         try:
             if target is torch.autograd:

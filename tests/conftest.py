@@ -61,4 +61,5 @@ def shell():
     from IPython.core.interactiveshell import InteractiveShell
     ip = InteractiveShell.instance()
     ip.extension_manager.load_extension("nbgrad")
+    ip.run_cell("import torch\nimport nbgrad")
     return ip

@@ -1,0 +1,150 @@
+"""Every forward-side error: its message names the cell line, and the model is clean after it."""
+import traceback
+
+import pytest
+import torch
+
+import nbgrad
+from conftest import assert_clean, model_state, tiny_gpt2
+
+
+@pytest.fixture
+def model():
+    return tiny_gpt2()
+
+
+@pytest.fixture
+def ids():
+    return torch.tensor([[1, 2, 3, 4]])
+
+
+def check(model, ids, source, error_type, *fragments, **kwargs):
+    before = model_state(model)
+    with pytest.raises(error_type) as caught:
+        nbgrad.trace(model, ids, source, **kwargs)
+    for fragment in fragments:
+        assert fragment in str(caught.value), str(caught.value)
+    assert_clean(model, before)
+    again = nbgrad.trace(model, ids, "x = model.transformer.h[1].output.save()")
+    assert again.saved["x"].shape == (1, 4, 32)
+    return caught.value
+
+
+def test_syntax_error_in_body(model, ids):
+    error = check(model, ids, "a = model.transformer.h[0].output\nb = (", SyntaxError)
+    assert error.lineno == 2
+
+
+def test_exception_in_body_points_at_the_cell_line(model, ids):
+    error = check(model, ids, "a = model.transformer.h[0].output.save()\nb = a / 0\nc = {}['missing']", KeyError,
+                  "missing")
+    frames = traceback.extract_tb(error.__traceback__)
+    assert frames[-1].lineno == 3 and frames[-1].filename.startswith("<nbgrad-cell-")
+    assert frames[-1].line == "c = {}['missing']"
+    assert not any("torch/nn" in f.filename for f in frames)
+
+
+def test_bad_module_index_names_the_range(model, ids):
+    check(model, ids, "x = 1\ny = model.transformer.h[12].output.save()", nbgrad.ModulePathError,
+          "line 2", "h[12]", "has 4 blocks, indices 0–3")
+
+
+def test_bad_module_name_suggests_the_nearest(model, ids):
+    check(model, ids, "y = model.transformer.hh[0].output", nbgrad.ModulePathError,
+          "line 1", "no submodule 'hh'", "nearest: h")
+
+
+def test_module_not_in_the_model(model, ids):
+    other = torch.nn.Linear(2, 2)
+    check(model, ids, "y = other.output", nbgrad.OrderError, "line 1", "not part of the traced model",
+          namespace={"model": model, "other": other})
+
+
+def test_bad_input_says_what_input_may_be(model):
+    before = model_state(model)
+    with pytest.raises(nbgrad.InputError) as caught:
+        nbgrad.trace(model, 3.5, "x = model.output")
+    assert "INPUT is a float" in str(caught.value) and "list of strings" in str(caught.value)
+    assert_clean(model, before)
+
+
+def test_text_input_without_tokenizer(model):
+    with pytest.raises(nbgrad.InputError, match="needs a tokenizer"):
+        nbgrad.trace(model, "hello", "x = model.output")
+
+
+def test_write_that_comes_too_late_names_both_lines(model, ids):
+    check(model, ids, """
+late = model.transformer.h[3].output
+model.transformer.h[1].output[:] = late
+""", nbgrad.OrderError, "line 3", "model.transformer.h[1].output is edited too late", "line 2",
+          "model.transformer.h[3].output")
+
+
+def test_replacement_after_the_module_ran(model, ids):
+    check(model, ids, """
+logits = model.output.logits
+model.transformer.h[0].output = logits
+""", nbgrad.OrderError, "line 3", "too late", "model.output (line 2)")
+
+
+def test_keyboard_interrupt_in_body(model, ids):
+    before = model_state(model)
+    with pytest.raises(KeyboardInterrupt):
+        nbgrad.trace(model, ids, "a = model.transformer.h[1].output\nraise KeyboardInterrupt")
+    assert_clean(model, before)
+    assert nbgrad.trace(model, ids, "b = model.transformer.h[1].output.save()").saved["b"] is not None
+
+
+def test_interrupt_during_backward(model, ids):
+    before = model_state(model)
+    with pytest.raises(KeyboardInterrupt):
+        nbgrad.trace(model, ids, """
+hs = model.transformer.h[1].output
+with model.output.logits.sum().backward():
+    if hs.grad is not None:
+        raise KeyboardInterrupt
+""")
+    model.zero_grad(set_to_none=True)
+    assert_clean(model, before)
+
+
+def test_magic_errors(shell, model, ids):
+    shell.user_ns.update(err_model=model, ids=ids)
+    before = model_state(model)
+    with pytest.raises(nbgrad.NbgradError, match="unknown model 'nope'"):
+        shell.run_cell_magic("trace", "nope ids", "x = 1")
+    with pytest.raises(nbgrad.InputError, match="missing INPUT"):
+        shell.run_cell_magic("trace", "err_model", "x = 1")
+    with pytest.raises(nbgrad.InputError, match="INPUT `undefined_thing` could not be evaluated"):
+        shell.run_cell_magic("trace", "err_model undefined_thing", "x = 1")
+    with pytest.raises(ZeroDivisionError):
+        shell.run_cell_magic("trace", "err_model ids -q", "x = err_model.transformer.h[0].output\ny = 1 / 0")
+    assert_clean(model, before)
+    result = shell.run_cell("%%trace err_model ids -q\nz = err_model.transformer.h[0].output[0, 0].sum().item()")
+    assert result.success and isinstance(shell.user_ns["z"], float)
+
+
+def test_nbgrad_error_renders_as_one_message(shell, model, ids, capsys):
+    shell.user_ns.update(err_model=model, ids=ids)
+    result = shell.run_cell("%%trace err_model ids\nx = err_model.transformer.h[7].output")
+    assert isinstance(result.error_in_exec, nbgrad.ModulePathError)
+    lines = result.error_in_exec._render_traceback_()
+    assert "line 1" in lines[0] and "indices 0–3" in lines[0]
+    assert "caused by IndexError" in lines[1]
+
+
+def test_magic_line_parsing_keeps_python_expressions(shell, model):
+    shell.user_ns.update(err_model=model, parse_ids=torch.tensor([[1, 2, 3]]))
+    shell.run_cell_magic("trace", 'err_model {"input_ids": parse_ids} --no-grad -q',
+                         "a = err_model.transformer.h[0].output.save()")
+    assert shell.user_ns["a"].grad_fn is None and shell.user_ns["a"].shape[:2] == (1, 3)
+
+
+def test_trace_help(shell, capsys):
+    shell.run_cell("%%trace?")
+    # the docstring of the magic names the options of SPEC §2
+    from nbgrad.magics import NbgradMagics
+    doc = NbgradMagics.trace.__doc__
+    for option in ("--no-grad", "--quiet", "--graph", "--tokenizer", "MODEL"):
+        assert option.lower() in doc.lower(), option
