@@ -1,8 +1,6 @@
 """`nbgrad.trace` and `nbgrad.backward`: the engine behind the magics, for scripts and tests."""
 from __future__ import annotations
 
-import textwrap
-
 import torch
 from torch import nn
 
@@ -17,7 +15,7 @@ _MISSING = object()
 def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *, no_grad: bool = False,
           tokenizer=None, graph: bool = False, quiet: bool = True) -> Result:
     """Run `source` (the body of a `%%trace` cell) on `model` called with `input`."""
-    program = compile_cell(textwrap.dedent(source), "trace")
+    program = compile_cell(source, "trace")
     if graph:
         return Result(saved={}, graph=program.graph)
     namespace = _namespace(namespace, model)
@@ -33,7 +31,7 @@ def backward(loss: torch.Tensor, source: str = "", namespace: dict | None = None
              retain_graph: bool = False, create_graph: bool = False, graph: bool = False,
              quiet: bool = True) -> Result:
     """A standalone backward pass of `loss`; `source` reads and edits `.grad` like a `%%backward` body."""
-    program = compile_cell(textwrap.dedent(source), "backward")
+    program = compile_cell(source, "backward")
     if graph:
         return Result(saved={}, graph=program.graph)
     namespace = namespace if namespace is not None else {}

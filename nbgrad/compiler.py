@@ -15,6 +15,7 @@ Names bound by a node are declared `global`, so they land in the cell's namespac
 from __future__ import annotations
 
 import ast
+import textwrap
 import types
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -55,6 +56,7 @@ _serial = 0
 def compile_cell(source: str, mode: str = "trace") -> Program:
     """Compile (cached by text): the same cell run again pays no compile cost."""
     global _serial
+    source = textwrap.dedent(source)
     _serial += 1
     filename = register_cell_source(source, _serial)
     try:

@@ -46,9 +46,9 @@ def input_ids_of(args: tuple, kwargs: dict):
 
 
 def _device_of(model: nn.Module):
-    for param in model.parameters():
-        return param.device
-    return None
+    from .runtime import parameters_of
+    params = parameters_of(model)
+    return params[0].device if params else None
 
 
 def _to(value, device):

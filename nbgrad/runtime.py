@@ -3,10 +3,13 @@ when what it waits for exists, every hook removed and every flag restored in `fi
 from __future__ import annotations
 
 import types
+import weakref
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+from torch.nn.modules.module import (register_module_module_registration_hook,
+                                     register_module_parameter_registration_hook)
 
 from . import diagnose
 from .compiler import RUNTIME_NAME, TEMP_PREFIX, Program
@@ -97,7 +100,7 @@ class Runtime:
     def _run(self, body) -> Result:
         __tracebackhide__ = True
         grad_mode = torch.is_grad_enabled()
-        flags = [(p, p.requires_grad) for p in self.model.parameters()] if self.model is not None else []
+        flags = _parameter_flags(self.model) if self.model is not None else []
         _active.append(self)
         try:
             with torch.set_grad_enabled(grad_mode and not self.no_grad):
@@ -176,7 +179,9 @@ class Runtime:
             return
         outer, self.cause = self.cause, cause
         try:
-            for task, request in sorted(waiting, key=lambda pair: pair[0].node.spec.index):
+            if len(waiting) > 1:
+                waiting.sort(key=lambda pair: pair[0].node.spec.index)
+            for task, request in waiting:
                 task.cause = cause
                 answered, value = self._dispatch(task, request)
                 if answered:
@@ -477,6 +482,42 @@ class Runtime:
 
 UNSAVED_KEY = "__nbgrad_unsaved__"
 _MISSING = object()
+
+
+# Every cell restores the model's requires_grad flags, so it needs the model's parameters. Walking the
+# module tree costs more than the rest of a cell's overhead; the list is cached per model and dropped
+# whenever any module or parameter is registered anywhere (torch's public registration hooks).
+_structure_version = [0]
+_parameter_cache: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
+
+
+def _structure_changed(*_):
+    _structure_version[0] += 1
+
+
+register_module_module_registration_hook(_structure_changed)
+register_module_parameter_registration_hook(_structure_changed)
+
+
+def parameters_of(model: nn.Module) -> tuple:
+    """Every parameter of the model, shared ones once (cached until the structure of any module changes)."""
+    cached = _parameter_cache.get(model)
+    if cached is not None and cached[0] == _structure_version[0]:
+        return cached[1]
+    params, seen, stack = [], set(), [model]
+    while stack:
+        module = stack.pop()
+        for param in module._parameters.values():
+            if param is not None and id(param) not in seen:
+                seen.add(id(param))
+                params.append(param)
+        stack.extend(child for child in module._modules.values() if child is not None)
+    _parameter_cache[model] = (_structure_version[0], tuple(params))
+    return tuple(params)
+
+
+def _parameter_flags(model: nn.Module) -> list:
+    return [(param, param.requires_grad) for param in parameters_of(model)]
 
 
 def _has_shape(value) -> bool:

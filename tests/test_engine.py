@@ -274,3 +274,12 @@ def test_functions_defined_in_a_cell_keep_working(tiny, ids):
     ns = {"model": tiny}
     nbgrad.trace(tiny, ids, "def double(v):\n    return 2 * v\nd = double(model.transformer.h[0].output).save()", ns)
     assert ns["double"](3) == 6
+
+
+def test_flags_restored_after_the_model_changes_shape(tiny, ids):
+    nbgrad.trace(tiny, ids, "a = model.transformer.h[0].output.save()")
+    tiny.extra = torch.nn.Linear(2, 2)
+    before = model_state(tiny)
+    nbgrad.trace(tiny, ids, "model.extra.weight.requires_grad_(False)\nb = model.transformer.h[0].output.save()")
+    assert tiny.extra.weight.requires_grad
+    assert_clean(tiny, before)

@@ -1,0 +1,145 @@
+"""nbgrad's overhead as a ratio against the same work done with raw PyTorch hooks, in one run.
+
+Each scenario alternates nbgrad and raw hooks on the same model and ids; the ratio is
+median(nbgrad) / median(raw) over >= 30 runs each. Run: `python bench/overhead.py [--runs N]`.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+import nbgrad
+
+
+def raw_save_one(model, ids):
+    kept = {}
+    handle = model.transformer.h[-1].register_forward_hook(lambda m, a, o: kept.setdefault("hs", o))
+    try:
+        model(ids)
+    finally:
+        handle.remove()
+    return kept
+
+
+def raw_save_all(model, ids):
+    kept, handles = [], []
+    for block in model.transformer.h:
+        handles.append(block.register_forward_hook(lambda m, a, o: kept.append(o)))
+    try:
+        model(ids)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return kept
+
+
+def _scale_in_place(module, args, output):
+    output[:] *= 0.5          # the very statement the nbgrad cell runs
+
+
+def raw_scale_all(model, ids):
+    handles = [block.register_forward_hook(_scale_in_place) for block in model.transformer.h]
+    try:
+        return model(ids).logits
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def raw_grad_one(model, ids):
+    kept = {}
+
+    def forward_hook(module, args, output):
+        output.register_hook(lambda grad: kept.setdefault("grad", grad))
+    handle = model.transformer.h[1].register_forward_hook(forward_hook)
+    try:
+        model(ids).logits.sum().backward()
+    finally:
+        handle.remove()
+    return kept
+
+
+SAVE_ONE = "hs = model.transformer.h[-1].output.save()"
+SAVE_ALL = "outs = [model.transformer.h[i].output.save() for i in range(len(model.transformer.h))]"
+SCALE_ALL = "for i in range(len(model.transformer.h)):\n    model.transformer.h[i].output[:] *= 0.5\n" \
+            "logits = model.output.logits.save()"
+GRAD_ONE = "hs = model.transformer.h[1].output\nwith model.output.logits.sum().backward():\n    g = hs.grad.save()"
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def ratio(nbgrad_fn, raw_fn, runs: int) -> tuple:
+    for _ in range(5):          # warm-up: allocator growth, lazy inits
+        nbgrad_fn(), raw_fn()
+    ours, theirs = [], []
+    for _ in range(runs):
+        ours.append(timed(nbgrad_fn))
+        theirs.append(timed(raw_fn))
+    ours_median, raw_median = statistics.median(ours), statistics.median(theirs)
+    return ours_median / raw_median, ours_median, raw_median
+
+
+def magic_scenario(model, ids, runs: int) -> tuple:
+    """(d): `%%trace -q` in an IPython shell vs a cell doing the same with raw hooks."""
+    from IPython.core.interactiveshell import InteractiveShell
+    shell = InteractiveShell.instance()
+    shell.run_cell("%load_ext nbgrad")
+    shell.user_ns.update(model=model, ids=ids, raw_save_one=raw_save_one)
+    magic_cell = f"%%trace model ids -q\n{SAVE_ONE}"
+    raw_cell = ("kept = {}\nhandle = model.transformer.h[-1].register_forward_hook("
+                "lambda m, a, o: kept.setdefault('hs', o))\ntry:\n    model(ids)\nfinally:\n    handle.remove()\n"
+                "hs = kept['hs']")
+    return ratio(lambda: shell.run_cell(magic_cell, store_history=False),
+                 lambda: shell.run_cell(raw_cell, store_history=False), runs)
+
+
+def run_all(name, model, ids, runs, with_grad=True):
+    def zero():
+        model.zero_grad(set_to_none=True)
+    scenarios = {
+        "(a) save one block output": (lambda: nbgrad.trace(model, ids, SAVE_ONE), lambda: raw_save_one(model, ids)),
+        "(b) save every block output": (lambda: nbgrad.trace(model, ids, SAVE_ALL), lambda: raw_save_all(model, ids)),
+        "(c) scale every block in place": (lambda: nbgrad.trace(model, ids, SCALE_ALL),
+                                           lambda: raw_scale_all(model, ids)),
+    }
+    if with_grad:
+        scenarios["(e) one block's gradient"] = (lambda: (nbgrad.trace(model, ids, GRAD_ONE), zero()),
+                                                 lambda: (raw_grad_one(model, ids), zero()))
+    print(f"\n{name}  (ids {tuple(ids.shape)}, {runs} runs each, median)")
+    rows = {}
+    for label, (ours, raw) in scenarios.items():
+        rows[label] = ratio(ours, raw, runs)
+    rows["(d) (a) through %%trace -q"] = magic_scenario(model, ids, runs)
+    for label, (r, ours, raw) in rows.items():
+        print(f"  {label:34s} {r:5.3f}x   nbgrad {ours * 1e3:7.3f} ms   raw hooks {raw * 1e3:7.3f} ms")
+    return rows
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--skip-small", action="store_true", help="only the embedded model")
+    args = parser.parse_args(argv)
+    torch.manual_seed(0)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, python {sys.version.split()[0]}")
+    embedded = nbgrad.load_model()
+    tokenizer = nbgrad.tokenizer_for(embedded)
+    ids = tokenizer("The capital of France is Paris. The cat sat on the mat.", return_tensors="pt")["input_ids"]
+    run_all("embedded default model", embedded, ids, args.runs)
+    if not args.skip_small:
+        gpt2_small = GPT2LMHeadModel(GPT2Config()).eval()
+        ids_small = torch.randint(0, 50257, (1, 16))
+        run_all("GPT-2-small-shaped model (random weights)", gpt2_small, ids_small, max(30, args.runs // 2))
+
+
+if __name__ == "__main__":
+    main()
