@@ -85,7 +85,7 @@ class NbgradMagics(Magics):
             raise InputError("missing INPUT: write `%%trace MODEL INPUT`. " + _input_help())
         value = self._evaluate(input_text, "INPUT")
         result = api.trace(model, value, cell, namespace, no_grad=args.no_grad, tokenizer=tokenizer)
-        self._display(result, args.quiet, model)
+        self._display(result, args.quiet, model, f"%%trace {line.strip()}")
         return None
 
     @magic_arguments()
@@ -112,8 +112,38 @@ class NbgradMagics(Magics):
         grad_output = self._evaluate(args.grad_output, "--grad-output") if args.grad_output else None
         result = api.backward(loss, cell, namespace, grad_output=grad_output, retain_graph=args.retain_graph,
                               create_graph=args.create_graph)
-        self._display(result, args.quiet, None)
+        self._display(result, args.quiet, None, f"%%backward {line.strip()}")
         return None
+
+    @line_magic
+    def show(self, line):
+        """%show EXPR: the inline panel for a tensor, or a dict / list of tensors."""
+        from IPython.display import display
+        from .views import show
+        expression = line.strip()
+        if not expression:
+            raise UsageError("usage: %show EXPR (a tensor, or a dict / list of tensors)")
+        display(show(self._evaluate(expression, "EXPR"), name=expression))
+
+    @line_magic
+    def gradflow(self, line):
+        """%gradflow MODEL: per-layer gradient norms after a backward pass, vanishing / exploding flagged."""
+        from IPython.display import display
+        from .views.gradflow import GradFlow
+        name = line.strip()
+        display(GradFlow(self._model(name), name))
+
+    @line_magic
+    def gradgraph(self, line):
+        """%gradgraph EXPR: the autograd graph behind a tensor, leaves named from the namespace."""
+        import torch
+        from IPython.display import display
+        from .views.gradgraph import GradGraph
+        expression = line.strip()
+        value = self._evaluate(expression, "EXPR")
+        if not isinstance(value, torch.Tensor):
+            raise NbgradError(f"%gradgraph needs a tensor; `{expression}` is a {type(value).__name__}")
+        display(GradGraph(value, self.shell.user_ns, expression))
 
     @line_magic
     def nbgrad(self, line):
@@ -139,14 +169,14 @@ class NbgradMagics(Magics):
         except Exception as error:
             raise InputError(f"{what} `{text}` could not be evaluated: {type(error).__name__}: {error}") from error
 
-    def _display(self, result, quiet: bool, model) -> None:
+    def _display(self, result, quiet: bool, model, title: str = "") -> None:
         from . import comm
         comm.after_cell(self.shell, model, result)
         if quiet or not result.saved and not result.leaf_grads:
             return
         from IPython.display import display
         from .views import panel_for_result
-        display(panel_for_result(result, model))
+        display(panel_for_result(result, model, title))
 
 
 def _input_help() -> str:

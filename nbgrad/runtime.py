@@ -30,6 +30,7 @@ class Result:
     shapes: dict = field(default_factory=dict)       # "model.transformer.h[0].output" -> shape
     leaf_grads: dict = field(default_factory=dict)   # %%backward: leaf name -> its .grad
     accumulated: set = field(default_factory=set)    # leaf names whose .grad held a value before
+    grad_pairs: dict = field(default_factory=dict)   # saved gradient name -> name of its tensor
     input_ids: object = None
 
     def __getitem__(self, name):
@@ -72,7 +73,8 @@ class Runtime:
         self.model_running = False
         self.late_hooks: set = set()     # hooks first asked for while the model was already running
         self.cause = None                # use id of the event being delivered now
-        self.saved: dict = {}            # id -> (label, value)
+        self.saved: dict = {}            # id -> (label, value, line)
+        self.grad_sources: dict = {}     # id(gradient) -> the tensor it flowed into
         self.shapes: dict = {}
 
     # --- entry points ---------------------------------------------------------------------------
@@ -106,7 +108,9 @@ class Runtime:
             with torch.set_grad_enabled(grad_mode and not self.no_grad):
                 body()
                 self._check_finished()
-            return Result(saved=self._saved_by_name(), graph=self.program.graph, shapes=self.shapes)
+            saved = self._saved_by_name()
+            return Result(saved=saved, graph=self.program.graph, shapes=self.shapes,
+                          grad_pairs=self._grad_pairs(saved))
         except NbgradError as error:
             raise error.with_traceback(None) from error.__cause__
         except BaseException as error:
@@ -384,7 +388,9 @@ class Runtime:
             self._deliver(("grad",) + gkey, self._first_use(("grad",) + gkey))
         finally:
             self.live_grads.discard(gkey)
-        return self.grads[gkey] if gkey in self.replaced_grads else None
+        final = self.grads[gkey]
+        self.grad_sources[id(grad)] = self.grad_sources[id(final)] = tensor_id
+        return final if gkey in self.replaced_grads else None
 
     def _handle_backward(self, task, request):
         _, target, pass_index, args, kwargs, _block = request
@@ -452,6 +458,20 @@ class Runtime:
             by_name[name] = value
         return by_name
 
+    def _grad_pairs(self, saved: dict) -> dict:
+        """Which saved values are gradients, and the name of the tensor each flowed into."""
+        if not self.grad_sources:
+            return {}
+        names = {id(value): name for name, value in saved.items()}
+        for name in sorted(self.program.bound_names):
+            names.setdefault(id(self.ns.get(name, _MISSING)), name)
+        pairs = {}
+        for name, value in saved.items():
+            source = self.grad_sources.get(id(value))
+            if source is not None and source in names:
+                pairs[name] = names[source]
+        return pairs
+
     def _write_back(self) -> None:
         """Unbind the traced values the body bound but did not save; remember their names."""
         unsaved = self.ns.setdefault(UNSAVED_KEY, set())
@@ -474,7 +494,7 @@ class Runtime:
             self.ns.pop(RUNTIME_NAME, None)
         else:
             self.ns[RUNTIME_NAME] = self.outer_runtime
-        for store in (self.handles, self.parked, self.values, self.grads, self.before):
+        for store in (self.handles, self.parked, self.values, self.grads, self.before, self.grad_sources):
             store.clear()
         self.tasks.clear()
         self.unstarted.clear()

@@ -1,2 +1,4 @@
-def panel_for_result(result, model):
-    return {k: tuple(v.shape) if hasattr(v, "shape") else v for k, v in result.saved.items()}
+"""Panels and pictures. Computed in the kernel, bounded in size, with static fallbacks."""
+from .panel import MIME_TYPE, Panel, panel_for_result, show
+
+__all__ = ["MIME_TYPE", "Panel", "panel_for_result", "show"]

@@ -1,0 +1,55 @@
+"""Colour maps and a minimal PNG writer: pictures without a plotting library in the hot path."""
+from __future__ import annotations
+
+import struct
+import zlib
+
+import numpy as np
+
+# Diverging (signed data, centred on zero) and sequential anchors, interpolated to 256 entries.
+_DIVERGING = [(33, 102, 172), (103, 169, 207), (209, 229, 240), (247, 247, 247),
+              (253, 219, 199), (239, 138, 98), (178, 24, 43)]
+_SEQUENTIAL = [(68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37)]
+
+
+def _interpolate(anchors) -> np.ndarray:
+    anchors = np.array(anchors, dtype=np.float64)
+    positions = np.linspace(0, 1, len(anchors))
+    steps = np.linspace(0, 1, 256)
+    return np.stack([np.interp(steps, positions, anchors[:, c]) for c in range(3)], axis=1).round().astype(np.uint8)
+
+
+DIVERGING = _interpolate(_DIVERGING)
+SEQUENTIAL = _interpolate(_SEQUENTIAL)
+
+
+def palette(signed: bool) -> np.ndarray:
+    return DIVERGING if signed else SEQUENTIAL
+
+
+def png(rgb: np.ndarray) -> bytes:
+    """Encode an H x W x 3 uint8 array as PNG."""
+    height, width, _ = rgb.shape
+    raw = b"".join(b"\x00" + row.tobytes() for row in np.ascontiguousarray(rgb, dtype=np.uint8))
+
+    def chunk(tag: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b"")
+
+
+def heatmap_png(levels: np.ndarray, signed: bool, scale: int = 4) -> bytes:
+    """uint8 levels (rows x cols) -> PNG, each cell `scale` pixels wide."""
+    rgb = palette(signed)[levels]
+    return png(np.repeat(np.repeat(rgb, scale, axis=0), scale, axis=1))
+
+
+def histogram_png(counts, width: int = 240, height: int = 60) -> bytes:
+    counts = np.asarray(counts, dtype=np.float64)
+    image = np.full((height, width, 3), 255, dtype=np.uint8)
+    if counts.size and counts.max() > 0:
+        bar = width / counts.size
+        for index, count in enumerate(counts):
+            top = int(round(height * (1 - count / counts.max())))
+            image[top:, int(index * bar):max(int(index * bar) + 1, int((index + 1) * bar) - 1)] = (70, 110, 180)
+    return png(image)

@@ -1,0 +1,281 @@
+// nbgrad panel renderer: one ES module, no imports. Used as the anywidget front end (any Jupyter
+// front end) and by the JupyterLab extension's MIME renderer (saved notebooks, no kernel needed).
+// It builds DOM from data only: every label goes in through textContent, never as markup.
+
+const STYLE_ID = "nbgrad-panel-style";
+const CSS = `
+.nbgrad-panel { font-family: var(--jp-ui-font-family, sans-serif); font-size: 12px; color: var(--jp-ui-font-color1, #222); }
+.nbgrad-panel .nbg-title { font-weight: 600; margin: 2px 0 6px; }
+.nbgrad-panel .nbg-note { color: var(--jp-ui-font-color2, #666); font-style: italic; margin: 2px 0; }
+.nbgrad-panel .nbg-tabs { display: flex; flex-wrap: wrap; gap: 2px; border-bottom: 1px solid #ccc; margin-bottom: 6px; }
+.nbgrad-panel .nbg-tab { border: 1px solid #ccc; border-bottom: none; background: #f3f3f3; padding: 3px 8px; cursor: pointer; font: inherit; }
+.nbgrad-panel .nbg-tab.nbg-active { background: #fff; font-weight: 600; }
+.nbgrad-panel .nbg-row { display: flex; flex-wrap: wrap; gap: 12px; align-items: flex-start; }
+.nbgrad-panel .nbg-card { border: 1px solid #ddd; border-radius: 4px; padding: 6px 8px; background: var(--jp-layout-color1, #fff); }
+.nbgrad-panel .nbg-name { font-family: var(--jp-code-font-family, monospace); font-weight: 600; }
+.nbgrad-panel .nbg-kind { font-size: 10px; border-radius: 3px; padding: 0 4px; margin-left: 6px; background: #e8eef8; }
+.nbgrad-panel .nbg-kind.nbg-gradient { background: #fbe3d6; }
+.nbgrad-panel .nbg-summary { font-family: var(--jp-code-font-family, monospace); margin: 4px 0; white-space: pre-wrap; }
+.nbgrad-panel .nbg-bad { color: #b00020; font-weight: 700; }
+.nbgrad-panel .nbg-stats td { padding: 0 8px 0 0; font-family: var(--jp-code-font-family, monospace); }
+.nbgrad-panel canvas { image-rendering: pixelated; border: 1px solid #eee; }
+.nbgrad-panel .nbg-controls label { margin-right: 10px; }
+.nbgrad-panel .nbg-hover { font-family: var(--jp-code-font-family, monospace); min-height: 1.4em; }
+.nbgrad-panel .nbg-legend { display: flex; align-items: center; gap: 4px; font-family: var(--jp-code-font-family, monospace); }
+.nbgrad-panel table.nbg-topk { border-collapse: collapse; margin-top: 4px; }
+.nbgrad-panel table.nbg-topk td, .nbgrad-panel table.nbg-topk th { border: 1px solid #eee; padding: 1px 4px; font-family: var(--jp-code-font-family, monospace); white-space: pre; }
+`;
+
+function ensureStyle(doc) {
+  if (!doc || doc.getElementById(STYLE_ID)) return;
+  const style = doc.createElement("style");
+  style.id = STYLE_ID;
+  style.textContent = CSS;
+  doc.head.appendChild(style);
+}
+
+function el(tag, cls, text) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  return node;
+}
+
+function fmt(value) {
+  if (value === null || value === undefined) return "–";
+  if (typeof value !== "number") return String(value);
+  if (value === 0) return "0";
+  const abs = Math.abs(value);
+  return abs >= 1e4 || abs < 1e-3 ? value.toExponential(3) : value.toPrecision(4);
+}
+
+function decode(b64) {
+  const bin = atob(b64);
+  const out = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+  return out;
+}
+
+function summaryLine(item) {
+  const s = item.summary;
+  const box = el("div", "nbg-summary");
+  const grad = s.grad_fn ? `grad_fn=${s.grad_fn}` : `requires_grad=${s.requires_grad}`;
+  box.appendChild(el("span", null, `[${s.shape.join(", ")}] ${s.dtype} ${s.device} ${grad}`));
+  const table = el("table", "nbg-stats");
+  const row = el("tr");
+  for (const key of ["min", "max", "mean", "std", "norm"]) {
+    row.appendChild(el("td", null, `${key} ${fmt(s[key])}`));
+  }
+  for (const key of ["nan", "inf"]) {
+    const count = s[key] || 0;
+    row.appendChild(el("td", count ? "nbg-bad" : null, `${key.toUpperCase()} ${count}`));
+  }
+  table.appendChild(row);
+  box.appendChild(table);
+  return box;
+}
+
+function drawHeatmap(canvas, hm, slice, palettes, cell) {
+  const levels = decode(slice.data);
+  const rows = hm.rows.length, cols = hm.cols.length;
+  canvas.width = cols * cell;
+  canvas.height = rows * cell;
+  const ctx = canvas.getContext("2d");
+  const image = ctx.createImageData(canvas.width, canvas.height);
+  const colours = hm.signed ? palettes.diverging : palettes.sequential;
+  for (let r = 0; r < rows; r++) {
+    for (let c = 0; c < cols; c++) {
+      const rgb = colours[levels[r * cols + c]];
+      for (let dy = 0; dy < cell; dy++) {
+        for (let dx = 0; dx < cell; dx++) {
+          const p = ((r * cell + dy) * canvas.width + (c * cell + dx)) * 4;
+          image.data[p] = rgb[0]; image.data[p + 1] = rgb[1]; image.data[p + 2] = rgb[2]; image.data[p + 3] = 255;
+        }
+      }
+    }
+  }
+  ctx.putImageData(image, 0, 0);
+  canvas.dataset.sliceKey = slice.key.join(",");
+}
+
+function legend(hm, slice, palettes) {
+  const box = el("div", "nbg-legend");
+  const bar = el("canvas");
+  bar.width = 120; bar.height = 10;
+  const ctx = bar.getContext("2d");
+  const colours = hm.signed ? palettes.diverging : palettes.sequential;
+  for (let x = 0; x < 120; x++) {
+    const rgb = colours[Math.round((x / 119) * 255)];
+    ctx.fillStyle = `rgb(${rgb[0]},${rgb[1]},${rgb[2]})`;
+    ctx.fillRect(x, 0, 1, 10);
+  }
+  box.appendChild(el("span", null, fmt(slice.lo)));
+  box.appendChild(bar);
+  box.appendChild(el("span", null, fmt(slice.hi)));
+  if (hm.signed) box.appendChild(el("span", "nbg-note", "(0 = white)"));
+  return box;
+}
+
+function heatmapView(item, palettes) {
+  const hm = item.heatmap;
+  const box = el("div", "nbg-heatmap");
+  const controls = el("div", "nbg-controls");
+  const canvas = el("canvas");
+  canvas.className = "nbg-heatmap-canvas";
+  const hover = el("div", "nbg-hover", "hover a cell for its value");
+  const legendHolder = el("div");
+  const cell = Math.max(2, Math.min(12, Math.floor(480 / Math.max(hm.cols.length, 1))));
+  const chosen = hm.sliders.map(() => 0);
+  const byKey = new Map(hm.slices.map((s) => [s.key.join(","), s]));
+  let current = hm.slices[0];
+  function redraw() {
+    const key = hm.sliders.map((s, i) => s.indices[chosen[i]]).join(",");
+    current = byKey.get(key) || hm.slices[0];
+    drawHeatmap(canvas, hm, current, palettes, cell);
+    legendHolder.replaceChildren(legend(hm, current, palettes));
+  }
+  hm.sliders.forEach((slider, i) => {
+    if (slider.size <= 1) return;
+    const label = el("label", null, `axis ${slider.axis}: `);
+    const input = el("input");
+    input.type = "range"; input.min = "0"; input.max = String(slider.indices.length - 1); input.value = "0";
+    input.className = "nbg-slider";
+    const shown = el("span", null, String(slider.indices[0]));
+    input.addEventListener("input", () => {
+      chosen[i] = Number(input.value);
+      shown.textContent = String(slider.indices[chosen[i]]);
+      redraw();
+    });
+    label.appendChild(input); label.appendChild(shown);
+    controls.appendChild(label);
+  });
+  canvas.addEventListener("mousemove", (event) => {
+    const rect = canvas.getBoundingClientRect();
+    const c = Math.floor(((event.clientX - rect.left) / rect.width) * hm.cols.length);
+    const r = Math.floor(((event.clientY - rect.top) / rect.height) * hm.rows.length);
+    if (r < 0 || c < 0 || r >= hm.rows.length || c >= hm.cols.length) return;
+    const level = decode(current.data)[r * hm.cols.length + c];
+    const value = current.lo + (level / 255) * (current.hi - current.lo);
+    const rowName = hm.token_rows ? `token ${JSON.stringify(hm.row_labels[r])}` : `row ${hm.rows[r]}`;
+    hover.textContent = `${rowName}, col ${hm.cols[c]}: ≈ ${fmt(value)}`;
+  });
+  box.appendChild(controls);
+  if (hm.token_rows) {
+    const wrap = el("div", "nbg-row");
+    const labels = el("div", "nbg-token-labels");
+    labels.style.display = "flex"; labels.style.flexDirection = "column";
+    for (const text of hm.row_labels) {
+      const label = el("div", "nbg-token", text);
+      label.style.height = `${cell}px`; label.style.lineHeight = `${cell}px`;
+      label.style.fontSize = `${Math.min(11, cell)}px`; label.style.whiteSpace = "pre";
+      labels.appendChild(label);
+    }
+    if (cell >= 6) wrap.appendChild(labels);
+    wrap.appendChild(canvas);
+    box.appendChild(wrap);
+  } else {
+    box.appendChild(canvas);
+  }
+  box.appendChild(legendHolder);
+  box.appendChild(hover);
+  for (const note of hm.notes) box.appendChild(el("div", "nbg-note", note));
+  redraw();
+  return box;
+}
+
+function histogramView(hist) {
+  const box = el("div", "nbg-histogram");
+  const canvas = el("canvas");
+  canvas.width = 240; canvas.height = 60;
+  const ctx = canvas.getContext("2d");
+  const peak = Math.max(...hist.counts, 1);
+  const bar = canvas.width / hist.counts.length;
+  ctx.fillStyle = "#466eb4";
+  hist.counts.forEach((count, i) => {
+    const h = (count / peak) * canvas.height;
+    ctx.fillRect(i * bar, canvas.height - h, Math.max(1, bar - 1), h);
+  });
+  box.appendChild(canvas);
+  const axis = el("div", "nbg-legend");
+  axis.appendChild(el("span", null, fmt(hist.lo)));
+  axis.appendChild(el("span", "nbg-note", hist.sampled ? ` histogram of ${hist.sampled} sampled values ` : " histogram "));
+  axis.appendChild(el("span", null, fmt(hist.hi)));
+  box.appendChild(axis);
+  return box;
+}
+
+function topkView(topk) {
+  const table = el("table", "nbg-topk");
+  const head = el("tr");
+  head.appendChild(el("th", null, "position"));
+  topk.tokens[0].forEach((_, i) => head.appendChild(el("th", null, `top ${i + 1}`)));
+  table.appendChild(head);
+  topk.positions.forEach((position, p) => {
+    const row = el("tr");
+    row.appendChild(el("td", null, position));
+    topk.tokens[p].forEach((token, i) => row.appendChild(el("td", null, `${JSON.stringify(token)} ${(topk.probs[p][i] * 100).toFixed(1)}%`)));
+    table.appendChild(row);
+  });
+  return table;
+}
+
+function card(item, palettes) {
+  const box = el("div", "nbg-card");
+  box.dataset.name = item.name;
+  const head = el("div");
+  head.appendChild(el("span", "nbg-name", item.name));
+  head.appendChild(el("span", `nbg-kind nbg-${item.kind}`, item.kind));
+  box.appendChild(head);
+  if (item.note) box.appendChild(el("div", "nbg-note nbg-warning", item.note));
+  if (item.kind === "value") {
+    box.appendChild(el("div", "nbg-summary", item.value));
+    return box;
+  }
+  box.appendChild(summaryLine(item));
+  const row = el("div", "nbg-row");
+  if (item.heatmap) row.appendChild(heatmapView(item, palettes));
+  if (item.histogram) row.appendChild(histogramView(item.histogram));
+  box.appendChild(row);
+  if (item.topk) box.appendChild(topkView(item.topk));
+  return box;
+}
+
+export function renderPanel(root, payload) {
+  ensureStyle(root.ownerDocument);
+  root.replaceChildren();
+  const panel = el("div", "nbgrad-panel");
+  if (payload.title) panel.appendChild(el("div", "nbg-title", payload.title));
+  for (const note of payload.notes || []) panel.appendChild(el("div", "nbg-note", note));
+  const groups = [];
+  for (const item of payload.items) {
+    const partner = item.kind === "gradient" && groups.find((g) => g[0].name === item.partner);
+    if (partner) partner.push(item); else groups.push([item]);
+  }
+  const tabs = el("div", "nbg-tabs");
+  const body = el("div", "nbg-body");
+  const select = (index) => {
+    tabs.querySelectorAll(".nbg-tab").forEach((tab, i) => tab.classList.toggle("nbg-active", i === index));
+    const row = el("div", "nbg-row");
+    for (const item of groups[index]) row.appendChild(card(item, payload.palettes));
+    body.replaceChildren(row);
+  };
+  groups.forEach((group, index) => {
+    const label = group.map((item) => item.name).join(" + ");
+    const tab = el("button", "nbg-tab", label);
+    tab.type = "button";
+    tab.addEventListener("click", () => select(index));
+    tabs.appendChild(tab);
+  });
+  if (groups.length > 1) panel.appendChild(tabs);
+  panel.appendChild(body);
+  if (groups.length) select(0);
+  root.appendChild(panel);
+}
+
+export default {
+  render({ model, el: root }) {
+    const draw = () => renderPanel(root, model.get("payload"));
+    model.on("change:payload", draw);
+    draw();
+  },
+};
