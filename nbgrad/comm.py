@@ -1,9 +1,96 @@
-"""The kernel side of the sidebar (filled in with the extension)."""
+"""The kernel side of the sidebar: a comm target that answers requests for the model tree.
+
+Every message is validated; anything unexpected gets an error reply. Nothing from a message is ever
+evaluated: it only selects which of a few fixed answers to send."""
+from __future__ import annotations
+
+import weakref
+
+from torch import nn
+
+TARGET = "nbgrad"
+REQUESTS = ("models", "ping")
+MAX_NODES = 5000
+
+_last_shapes: "weakref.WeakKeyDictionary[nn.Module, dict]" = weakref.WeakKeyDictionary()
+_comms: list = []
 
 
 def register(ipython) -> None:
-    return None
+    """Open the comm target when the extension loads inside a kernel (not in a plain IPython)."""
+    if getattr(ipython, "kernel", None) is None:
+        return
+    from comm import get_comm_manager
+    get_comm_manager().register_target(TARGET, lambda comm, msg: _open(ipython, comm, msg))
+
+
+def _open(ipython, comm, open_msg) -> None:
+    _comms.append(comm)
+    comm.on_msg(lambda msg: comm.send(answer(_data_of(msg), ipython.user_ns)))
+    comm.on_close(lambda msg: _comms.remove(comm) if comm in _comms else None)
+    data = _data_of(open_msg)
+    if data:
+        comm.send(answer(data, ipython.user_ns))
+
+
+def _data_of(msg):
+    try:
+        return msg["content"]["data"]
+    except (KeyError, TypeError):
+        return None
+
+
+def answer(data, namespace: dict) -> dict:
+    """The reply to one message: the model tree, a pong, or an error that says what was wrong."""
+    if not isinstance(data, dict):
+        return {"error": "a message must be a JSON object like {\"request\": \"models\"}"}
+    unknown = set(data) - {"request", "id"}
+    if unknown:
+        return {"error": f"unknown keys: {', '.join(sorted(str(k)[:40] for k in unknown))}"}
+    request, ident = data.get("request"), data.get("id")
+    if not isinstance(request, str) or request not in REQUESTS:
+        return {"error": f"unknown request; expected one of: {', '.join(REQUESTS)}"}
+    if ident is not None and not (isinstance(ident, (int, str)) and len(str(ident)) <= 64):
+        return {"error": "id must be a short string or number"}
+    if request == "ping":
+        return {"reply": "pong", "id": ident}
+    return {"reply": "models", "id": ident, "models": models_in(namespace)}
 
 
 def after_cell(shell, model, result) -> None:
-    return None
+    """Remember the shapes a trace saw, for the sidebar."""
+    if model is not None and result is not None:
+        _last_shapes[model] = dict(result.shapes)
+
+
+def models_in(namespace: dict) -> list:
+    models = []
+    for name, value in list(namespace.items()):
+        if isinstance(value, nn.Module) and isinstance(name, str) and not name.startswith("_"):
+            models.append(module_tree(name, value))
+    return models
+
+
+def module_tree(name: str, model: nn.Module) -> dict:
+    shapes = _last_shapes.get(model, {})
+    budget = [MAX_NODES]
+
+    def node(label: str, path: str, module: nn.Module) -> dict:
+        budget[0] -= 1
+        own = sum(p.numel() for p in module._parameters.values() if p is not None)
+        entry = {"name": label, "path": path, "type": type(module).__name__, "params": own,
+                 "output": _shape(shapes.get((id(module), "output"))),
+                 "grad": _shape(shapes.get((id(module), "grad"))), "children": []}
+        for child_name, child in module.named_children():
+            if budget[0] <= 0:
+                entry["truncated"] = True
+                break
+            step = f"[{child_name}]" if child_name.isdigit() else f".{child_name}"
+            entry["children"].append(node(child_name, path + step, child))
+        entry["total"] = own + sum(c["total"] for c in entry["children"])
+        return entry
+    return node(name, name, model)
+
+
+def _shape(value):
+    return list(value) if isinstance(value, tuple) else None

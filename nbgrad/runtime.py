@@ -390,6 +390,9 @@ class Runtime:
             self.live_grads.discard(gkey)
         final = self.grads[gkey]
         self.grad_sources[id(grad)] = self.grad_sources[id(final)] = tensor_id
+        for (module_id, kind), value in self.values.items():
+            if kind == "output" and id(value) == tensor_id:
+                self.shapes[(module_id, "grad")] = tuple(final.shape)
         return final if gkey in self.replaced_grads else None
 
     def _handle_backward(self, task, request):

@@ -1,7 +1,7 @@
 """`%nbgrad`: what nbgrad sees in this kernel."""
 from __future__ import annotations
 
-import json
+import re
 import subprocess
 import sys
 
@@ -11,14 +11,16 @@ from . import __version__, models
 def extension_state() -> str:
     """'enabled', 'disabled' or 'not installed', as `jupyter labextension list` reports nbgrad."""
     try:
-        out = subprocess.run([sys.executable, "-m", "jupyter", "labextension", "list", "--json"],
+        out = subprocess.run([sys.executable, "-m", "jupyter", "labextension", "list"],
                              capture_output=True, text=True, timeout=60)
         text = out.stdout + out.stderr
     except (OSError, subprocess.SubprocessError):
         return "unknown (jupyter labextension list did not run)"
-    for line in text.splitlines():
-        if line.strip().startswith("nbgrad ") or line.strip().startswith("nbgrad v"):
-            return "enabled" if "enabled" in line else "disabled"
+    for line in re.sub(r"\x1b\[[0-9;]*m", "", text).splitlines():
+        words = line.split()
+        if words[:1] == ["nbgrad"]:
+            state = "enabled" if "enabled" in words else "disabled"
+            return f"{state}, OK" if "OK" in words else f"{state}, with problems: {line.strip()}"
     return "not installed"
 
 

@@ -1,0 +1,225 @@
+// The "nbgrad" sidebar: the module tree of every model in the active notebook's kernel, refreshed after
+// each executed cell. Clicking a module inserts its path at the cursor. Talks to the kernel only
+// through the `nbgrad` comm that `%load_ext nbgrad` opens; renders every string as text.
+import {
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin,
+  ILabShell
+} from '@jupyterlab/application';
+import {
+  INotebookTracker,
+  NotebookActions,
+  NotebookPanel
+} from '@jupyterlab/notebook';
+import { Kernel } from '@jupyterlab/services';
+import { treeViewIcon } from '@jupyterlab/ui-components';
+import { Widget } from '@lumino/widgets';
+
+export interface IModuleNode {
+  name: string;
+  path: string;
+  type: string;
+  params: number;
+  total: number;
+  output: number[] | null;
+  grad: number[] | null;
+  children: IModuleNode[];
+  truncated?: boolean;
+}
+
+function el(tag: string, cls?: string, text?: string): HTMLElement {
+  const node = document.createElement(tag);
+  if (cls) {
+    node.className = cls;
+  }
+  if (text !== undefined) {
+    node.textContent = text;
+  }
+  return node;
+}
+
+function count(n: number): string {
+  if (n >= 1e6) {
+    return `${(n / 1e6).toFixed(1)}M`;
+  }
+  if (n >= 1e3) {
+    return `${(n / 1e3).toFixed(1)}k`;
+  }
+  return String(n);
+}
+
+export class ModelExplorer extends Widget {
+  constructor(private tracker: INotebookTracker) {
+    super();
+    this.id = 'nbgrad-sidebar';
+    this.title.icon = treeViewIcon;
+    this.title.caption = 'nbgrad: models in the kernel';
+    this.title.label = 'nbgrad';
+    this.addClass('nbgrad-sidebar');
+    this.status = el('div', 'nbgrad-status', 'No notebook is open.');
+    this.tree = el('div', 'nbgrad-tree');
+    this.node.appendChild(el('div', 'nbgrad-sidebar-title', 'nbgrad — models'));
+    this.node.appendChild(this.status);
+    this.node.appendChild(this.tree);
+    tracker.currentChanged.connect(() => this.follow(), this);
+    NotebookActions.executed.connect((_, args) => {
+      if (args.notebook === this.tracker.currentWidget?.content) {
+        this.refresh();
+      }
+    }, this);
+    this.follow();
+  }
+
+  private follow(): void {
+    const panel = this.tracker.currentWidget;
+    this.closeComm();
+    if (!panel) {
+      this.say('No notebook is open.');
+      return;
+    }
+    panel.sessionContext.kernelChanged.connect(() => this.refresh(), this);
+    panel.sessionContext.ready.then(() => this.refresh()).catch(() => this.say('No kernel.'));
+  }
+
+  private closeComm(): void {
+    if (this.comm && !this.comm.isDisposed) {
+      this.comm.dispose();
+    }
+    this.comm = null;
+  }
+
+  refresh(): void {
+    const panel: NotebookPanel | null = this.tracker.currentWidget;
+    const kernel = panel?.sessionContext.session?.kernel;
+    if (!kernel) {
+      this.say('No kernel: start one to see its models.');
+      this.tree.replaceChildren();
+      return;
+    }
+    if (this.comm && !this.comm.isDisposed && this.commKernel === kernel) {
+      this.comm.send({ request: 'models' });
+      return;
+    }
+    this.open(kernel);
+  }
+
+  private open(kernel: Kernel.IKernelConnection): void {
+    this.closeComm();
+    let answered = false;
+    let comm: Kernel.IComm;
+    try {
+      comm = kernel.createComm('nbgrad');
+    } catch (error) {
+      this.say('The kernel cannot open comms.');
+      return;
+    }
+    this.comm = comm;
+    this.commKernel = kernel;
+    comm.onMsg = msg => {
+      answered = true;
+      this.showModels(msg.content.data as any);
+    };
+    comm.onClose = () => {
+      if (!answered) {
+        this.say('nbgrad is not loaded in this kernel: run %load_ext nbgrad');
+        this.tree.replaceChildren();
+      }
+      if (this.comm === comm) {
+        this.comm = null;
+      }
+    };
+    comm.open({ request: 'models' });
+  }
+
+  private say(text: string): void {
+    this.status.textContent = text;
+  }
+
+  private showModels(data: any): void {
+    if (!data || typeof data !== 'object') {
+      this.say('nbgrad: unexpected reply from the kernel');
+      return;
+    }
+    if (data.error) {
+      this.say(`nbgrad: ${String(data.error)}`);
+      return;
+    }
+    const models: IModuleNode[] = Array.isArray(data.models) ? data.models : [];
+    if (!models.length) {
+      this.say('No model in the kernel: model = nbgrad.load_model()');
+      this.tree.replaceChildren();
+      return;
+    }
+    this.say(`${models.length} model${models.length > 1 ? 's' : ''} — click a module to insert its path`);
+    this.tree.replaceChildren(...models.map(model => this.branch(model, true)));
+  }
+
+  private branch(node: IModuleNode, open: boolean): HTMLElement {
+    const row = el('div', 'nbgrad-node-row');
+    const button = el('button', 'nbgrad-node', node.name) as HTMLButtonElement;
+    button.type = 'button';
+    button.title = `insert ${node.path}.output`;
+    button.dataset.path = node.path;
+    button.addEventListener('click', () => this.insert(`${node.path}.output`));
+    row.appendChild(button);
+    row.appendChild(el('span', 'nbgrad-type', node.type));
+    row.appendChild(el('span', 'nbgrad-params', `${count(node.total)} params`));
+    if (node.output) {
+      row.appendChild(el('span', 'nbgrad-shape', `out [${node.output.join(', ')}]`));
+    }
+    if (node.grad) {
+      row.appendChild(el('span', 'nbgrad-shape nbgrad-grad', `grad [${node.grad.join(', ')}]`));
+    }
+    if (!node.children.length) {
+      const leaf = el('div', 'nbgrad-leaf');
+      leaf.appendChild(row);
+      return leaf;
+    }
+    const details = document.createElement('details');
+    details.className = 'nbgrad-branch';
+    details.open = open;
+    const summary = document.createElement('summary');
+    summary.appendChild(row);
+    details.appendChild(summary);
+    for (const child of node.children) {
+      details.appendChild(this.branch(child, false));
+    }
+    if (node.truncated) {
+      details.appendChild(el('div', 'nbgrad-note', '… more modules not listed'));
+    }
+    return details;
+  }
+
+  private insert(text: string): void {
+    const cell = this.tracker.activeCell;
+    const editor = cell?.editor;
+    if (!editor) {
+      this.say('Select a cell first, then click a module.');
+      return;
+    }
+    if (editor.replaceSelection) {
+      editor.replaceSelection(text);
+    } else {
+      const source = cell.model.sharedModel;
+      source.setSource(source.getSource() + text);
+    }
+    editor.focus();
+  }
+
+  private status: HTMLElement;
+  private tree: HTMLElement;
+  private comm: Kernel.IComm | null = null;
+  private commKernel: Kernel.IKernelConnection | null = null;
+}
+
+export const sidebarPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'nbgrad:sidebar',
+  description: 'Model explorer: the module tree of each model in the kernel.',
+  autoStart: true,
+  requires: [INotebookTracker],
+  optional: [ILabShell],
+  activate: (app: JupyterFrontEnd, tracker: INotebookTracker) => {
+    const explorer = new ModelExplorer(tracker);
+    app.shell.add(explorer, 'left', { rank: 600 });
+  }
+};
