@@ -15,9 +15,17 @@ _seen: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
 def load_model(name_or_path: str | None = None, **kwargs) -> nn.Module:
     """A `transformers` causal LM in eval mode, its tokenizer remembered; the embedded default with no name."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as transformers_logging
 
     path = str(DEFAULT_MODEL_DIR) if name_or_path is None else name_or_path
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    quiet = name_or_path is None and transformers_logging.is_progress_bar_enabled()
+    if quiet:       # the embedded model loads in milliseconds: no progress widget left in the notebook
+        transformers_logging.disable_progress_bar()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    finally:
+        if quiet:
+            transformers_logging.enable_progress_bar()
     model.eval()
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:

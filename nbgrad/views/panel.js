@@ -124,7 +124,7 @@ function heatmapView(item, palettes) {
   canvas.className = "nbg-heatmap-canvas";
   const hover = el("div", "nbg-hover", "hover a cell for its value");
   const legendHolder = el("div");
-  const cell = Math.max(2, Math.min(12, Math.floor(480 / Math.max(hm.cols.length, 1))));
+  const cell = Math.max(2, Math.min(24, Math.floor(480 / Math.max(hm.cols.length, 1))));
   const chosen = hm.sliders.map(() => 0);
   const byKey = new Map(hm.slices.map((s) => [s.key.join(","), s]));
   let current = hm.slices[0];

@@ -1,0 +1,126 @@
+"""JupyterLab in headless Chromium: panels render and respond, the sidebar lists the model tree and
+inserts paths, magic lines are highlighted, and a saved notebook shows its panels with no kernel."""
+from conftest import Lab, open_notebook, run_command, screenshot, wait_for_kernel_idle, write_notebook
+
+SETUP = "%load_ext nbgrad\nimport torch, nbgrad\nmodel = nbgrad.load_model()"
+TRACE = ('%%trace model "Hello <img src=x onerror=\\"window.nbgradPwned=1\\"> World" --tokenizer nbgrad.tokenizer_for(model)\n'
+         "hs = model.transformer.h[1].output.save()\n"
+         "logits = model.output.logits.save()\n"
+         "with logits.sum().backward():\n"
+         "    g = hs.grad.save()")
+SHOW = "%show torch.randn(4, 8, 16, generator=torch.Generator().manual_seed(0))"
+
+
+def _panels(page):
+    return page.locator(".jp-OutputArea .nbgrad-panel")
+
+
+def _active_notebook_source(page, index):
+    return page.evaluate("i => window.jupyterapp.shell.currentWidget.content.widgets[i].model.sharedModel.getSource()",
+                         index)
+
+
+def test_panels_sidebar_highlighting_and_static_reopen(lab, lab_root, page):
+    write_notebook(lab_root / "trace.ipynb", [SETUP, TRACE, SHOW, ""])
+    open_notebook(page, lab, "trace.ipynb")
+    wait_for_kernel_idle(page)
+    run_command(page, "notebook:run-all-cells")
+    page.wait_for_function("() => document.querySelectorAll('.jp-OutputArea .nbgrad-panel').length >= 2",
+                           timeout=180_000)
+    wait_for_kernel_idle(page)
+
+    # The %%trace panel: every saved value, the gradient beside its activation.
+    trace_panel = _panels(page).nth(0)
+    tabs = trace_panel.locator(".nbg-tab").all_inner_texts()
+    assert "hs + g" in tabs and "logits" in tabs, tabs
+    names = trace_panel.locator(".nbg-card .nbg-name").all_inner_texts()
+    assert names == ["hs", "g"], names
+    assert "gradient" in trace_panel.locator(".nbg-card").nth(1).inner_text()
+    trace_panel.locator(".nbg-tab", has_text="logits").click()
+    assert trace_panel.locator("table.nbg-topk").count() == 1
+    # Labels are text: the prompt's markup shows as characters and never runs.
+    assert page.evaluate("() => window.nbgradPwned") is None
+    assert page.evaluate("() => document.querySelectorAll('.jp-OutputArea img[src=x]').length") == 0
+    assert "img" in trace_panel.inner_text()
+    screenshot(page, "lab-trace-panel")
+
+    # The %show panel responds: moving the slider redraws the heatmap.
+    show_panel = _panels(page).nth(1)
+    canvas = show_panel.locator("canvas.nbg-heatmap-canvas")
+    before = canvas.evaluate("c => c.toDataURL()")
+    show_panel.locator("input.nbg-slider").evaluate(
+        "s => { s.value = '2'; s.dispatchEvent(new Event('input')); }")
+    after = canvas.evaluate("c => c.toDataURL()")
+    assert before != after
+    assert canvas.evaluate("c => c.dataset.sliceKey") == "2"
+    show_panel.scroll_into_view_if_needed()
+    screenshot(page, "lab-show-panel-slider")
+
+    # The sidebar lists the model tree with the traced shapes; a click inserts the module's path.
+    page.evaluate("() => window.jupyterapp.shell.activateById('nbgrad-sidebar')")
+    page.wait_for_selector('.nbgrad-node[data-path="model.transformer.h[3]"]', state="attached", timeout=60_000)
+    sidebar = page.locator("#nbgrad-sidebar")
+    text = sidebar.inner_text()
+    assert "GPT2LMHeadModel" in text and "params" in text
+    page.evaluate("() => document.querySelectorAll('#nbgrad-sidebar details').forEach(d => d.open = true)")
+    page.wait_for_function(
+        "() => { const b = document.querySelector('.nbgrad-node[data-path=\"model.transformer.h[1]\"]');"
+        " return b && b.parentElement.textContent.includes('out [1, ') && b.parentElement.textContent.includes('grad [1, '); }",
+        timeout=30_000)
+    page.evaluate("() => { const nb = window.jupyterapp.shell.currentWidget.content;"
+                  " nb.activeCellIndex = nb.widgets.length - 1; nb.mode = 'edit'; }")
+    page.locator('.nbgrad-node[data-path="model.transformer.h[3]"]').click()
+    page.wait_for_function("() => window.jupyterapp.shell.currentWidget.content.widgets[3].model.sharedModel"
+                           ".getSource().includes('model.transformer.h[3].output')", timeout=10_000)
+    assert _active_notebook_source(page, 3) == "model.transformer.h[3].output"
+    screenshot(page, "lab-sidebar")
+
+    # The magic line is highlighted as a magic; the body keeps Python highlighting.
+    editor = page.locator(".jp-Cell").nth(1).locator(".cm-content")
+    assert editor.locator(".nbgrad-magic-name").inner_text() == "%%trace"
+    assert editor.locator(".nbgrad-magic-arg").inner_text() == "model"
+    assert "--tokenizer" in editor.locator(".nbgrad-magic-option").all_inner_texts()
+    body_line = editor.locator(".cm-line").nth(3)
+    assert body_line.locator("span").count() >= 2, "body line has no Python token highlighting"
+
+    run_command(page, "docmanager:save")
+    page.wait_for_timeout(1500)
+    page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.shutdown()")
+
+
+def test_saved_notebook_shows_static_panels_without_a_kernel(lab_root, page, browser):
+    saved = lab_root / "trace.ipynb"
+    assert saved.exists() and "application/vnd.nbgrad.panel+json" in saved.read_text()
+    no_kernels = Lab(lab_root, ["--KernelSpecManager.allowed_kernelspecs=none"])
+    try:
+        open_notebook(page, no_kernels, "trace.ipynb")
+        page.keyboard.press("Escape")       # a kernel-choice dialog, where one opens
+        page.wait_for_function("() => document.querySelectorAll('.jp-OutputArea .nbgrad-panel').length >= 2",
+                               timeout=60_000)
+        kernel = page.evaluate("() => { const w = window.jupyterapp.shell.currentWidget;"
+                               " return w.sessionContext.session && w.sessionContext.session.kernel ?"
+                               " w.sessionContext.session.kernel.name : null; }")
+        assert kernel is None
+        names = _panels(page).nth(0).locator(".nbg-card .nbg-name").all_inner_texts()
+        assert names == ["hs", "g"]
+        screenshot(page, "lab-saved-notebook-no-kernel")
+    finally:
+        no_kernels.stop()
+
+
+def test_widget_renders_without_the_extension_renderer(lab, lab_root, page):
+    """The live panel is a plain anywidget: it renders where only the widget view is given."""
+    write_notebook(lab_root / "widget.ipynb", [
+        "import torch\nfrom nbgrad.views import show\n"
+        "w = show(torch.randn(3, 6, 10, generator=torch.Generator().manual_seed(1)), 'x').widget()\nw"])
+    open_notebook(page, lab, "widget.ipynb")
+    wait_for_kernel_idle(page)
+    run_command(page, "notebook:run-all-cells")
+    page.wait_for_selector(".jp-OutputArea .nbgrad-panel canvas.nbg-heatmap-canvas", timeout=120_000)
+    assert page.locator(".jp-OutputArea .nbgrad-rendered-panel").count() == 0    # not the extension's
+    canvas = page.locator(".jp-OutputArea canvas.nbg-heatmap-canvas").first
+    before = canvas.evaluate("c => c.toDataURL()")
+    page.locator(".jp-OutputArea input.nbg-slider").first.evaluate(
+        "s => { s.value = '1'; s.dispatchEvent(new Event('input')); }")
+    assert canvas.evaluate("c => c.toDataURL()") != before
+    screenshot(page, "lab-anywidget")
