@@ -87,7 +87,7 @@ def module_tree(name: str, model: nn.Module) -> dict:
                 break
             step = f"[{child_name}]" if child_name.isdigit() else f".{child_name}"
             entry["children"].append(node(child_name, path + step, child))
-        entry["total"] = own + sum(c["total"] for c in entry["children"])
+        entry["total"] = sum(p.numel() for p in module.parameters())   # shared (tied) weights once
         return entry
     return node(name, name, model)
 

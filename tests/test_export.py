@@ -1,0 +1,23 @@
+"""A notebook executed headless keeps static pictures of its panels: an nbconvert HTML export shows them."""
+import nbformat
+from nbclient import NotebookClient
+from nbconvert import HTMLExporter
+
+
+def test_html_export_shows_the_static_panel(tmp_path):
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell("%load_ext nbgrad\nimport nbgrad\nmodel = nbgrad.load_model()"),
+        nbformat.v4.new_code_cell('%%trace model "Hi <script>alert(1)</script>"\n'
+                                  "hidden_state = model.transformer.h[1].output.save()\n"
+                                  "logits = model.output.logits.save()"),
+    ]
+    # JupyterLab saves no widget state by default; the export then falls back to the static HTML.
+    NotebookClient(notebook, timeout=120, kernel_name="python3", store_widget_state=False,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = notebook.cells[1].outputs
+    assert outputs and "application/vnd.nbgrad.panel+json" in outputs[0]["data"]
+    body, _ = HTMLExporter().from_notebook_node(notebook)
+    assert "hidden_state" in body and "logits" in body
+    assert body.count('src="data:image/png;base64,') >= 4     # heatmap and histogram of each
+    assert "<script>alert(1)</script>" not in body
