@@ -55,6 +55,12 @@ def save(value):
     return runtime.save(value, label="nbgrad.save(...)") if runtime is not None else value
 
 
+def show(value, name: str = "", model=None, tokenizer=None):
+    """The inline panel for a tensor, or a dict / list of tensors (what `%show` displays)."""
+    from .views import show as build
+    return build(value, name=name, model=model, tokenizer=tokenizer)
+
+
 def _namespace(namespace, model):
     if namespace is None:
         import nbgrad

@@ -449,9 +449,16 @@ class Runtime:
     def _saved_by_name(self) -> dict:
         """Saved values in the order they were saved, under the name the cell bound them to."""
         names = {}
-        for name in sorted(self.program.bound_names):
-            value = self.ns.get(name, _MISSING)
+        bound = [(name, self.ns.get(name, _MISSING)) for name in sorted(self.program.bound_names)]
+        for name, value in bound:
             names.setdefault(id(value), name)
+        for name, value in bound:           # then elements: `hidden = [... .save() for ...]`
+            if isinstance(value, (list, tuple)):
+                for index, element in enumerate(value):
+                    names.setdefault(id(element), f"{name}[{index}]")
+            elif isinstance(value, dict):
+                for key, element in value.items():
+                    names.setdefault(id(element), f"{name}[{key!r}]")
         in_source_order = sorted(self.saved.items(), key=lambda item: item[1][2])
         by_name = {}
         for value_id, (label, value, _) in in_source_order:

@@ -153,3 +153,20 @@ def test_gradflow_flags_vanishing_and_exploding():
     from nbgrad.views.gradflow import flags
     rows = [("a", 1e-2, 1e-1), ("b", 1e-9, 1e-8), ("c", 2e-2, 1e-1), ("d", 5e3, 1e4)]
     assert flags(rows) == {"b": "vanishing", "d": "exploding"}
+
+
+def test_saved_values_in_a_list_are_named_by_their_index(tiny_model_ids=None):
+    from conftest import tiny_gpt2
+    model = tiny_gpt2()
+    result = nbgrad.trace(model, torch.tensor([[1, 2, 3]]),
+                          "hidden = [model.transformer.h[i].output.save() for i in range(4)]")
+    assert list(result.saved) == ["hidden[0]", "hidden[1]", "hidden[2]", "hidden[3]"]
+
+
+def test_token_heatmap_colours_and_escapes():
+    from nbgrad.views import token_heatmap
+    heat = token_heatmap(["<b>", "ok", "x"], [-1.0, 0.0, 2.0], "saliency")
+    html = heat._repr_html_()
+    assert "&lt;b&gt;" in html and "<b>saliency</b>" in html and "<b><" not in html
+    red, white, blue = heat.colours()[2], heat.colours()[1], heat.colours()[0]
+    assert red[0] > red[2] and blue[2] > blue[0] and min(white) > 200

@@ -1,4 +1,5 @@
 """Panels and pictures. Computed in the kernel, bounded in size, with static fallbacks."""
 from .panel import MIME_TYPE, Panel, panel_for_result, show
+from .tokens import token_heatmap
 
-__all__ = ["MIME_TYPE", "Panel", "panel_for_result", "show"]
+__all__ = ["MIME_TYPE", "Panel", "panel_for_result", "show", "token_heatmap"]
