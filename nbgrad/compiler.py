@@ -46,7 +46,7 @@ class Program:
     candidate_targets: list         # (kind, container source, eval code): hook every child
     free_names: frozenset = field(default_factory=frozenset)
     bound_names: frozenset = field(default_factory=frozenset)
-    grad_targets: list = field(default_factory=list)   # (pass, event kind or None, eval code)
+    grad_targets: list = field(default_factory=list)   # (pass, event kind, every element?, eval code)
 
 
 _serial = 0
@@ -386,7 +386,10 @@ class _Builder:
         if isinstance(target, ast.Attribute) and target.attr in MODULE_EVENTS:
             kind, target = target.attr, target.value
         if _is_simple_path(target):
-            self.grad_targets.append((pass_index, kind, _eval_code(target, self.filename)))
+            self.grad_targets.append((pass_index, kind, False, _eval_code(target, self.filename)))
+        elif isinstance(target, ast.Subscript) and _is_simple_path(target.value):
+            # `outs[i].grad` in a loop: hook every element of `outs` before the pass
+            self.grad_targets.append((pass_index, kind, True, _eval_code(target.value, self.filename)))
 
     def pass_for(self, node: ast.AST):
         """The backward pass a `.grad` belongs to: its block's, else the next one in the text, else the last."""

@@ -116,7 +116,12 @@ def grad_not_required(use, no_grad: bool) -> str:
             f"call {use.target}.requires_grad_(True) before the loss is computed")
 
 
-def grad_never_computed(use, tensor: torch.Tensor, backward_pass) -> str:
+def grad_never_computed(use, tensor: torch.Tensor, backward_pass, late: bool = False) -> str:
+    if late:
+        return (f"{use.target}.grad never came: the statement asked for it only while the backward pass of line "
+                f"{backward_pass.line} was running, after that gradient had (most likely) flowed past. nbgrad "
+                f"could not tell before the pass which tensor `{use.target}` names; bind it to a name or a list "
+                f"before the backward line")
     base = (f"{use.target}.grad was never computed by the backward pass of line {backward_pass.line} "
             f"({backward_pass.source}): the loss does not depend on {use.target}")
     made_by = type(tensor.grad_fn).__name__ if tensor.grad_fn is not None else ""

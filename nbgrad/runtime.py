@@ -72,6 +72,7 @@ class Runtime:
         self.forward_done = False
         self.model_running = False
         self.late_hooks: set = set()     # hooks first asked for while the model was already running
+        self.late_grads: set = set()     # gradient hooks first asked for while their pass was running
         self.cause = None                # use id of the event being delivered now
         self.saved: dict = {}            # id -> (label, value, line)
         self.grad_sources: dict = {}     # id(gradient) -> the tensor it flowed into
@@ -333,7 +334,8 @@ class Runtime:
         if not tensor.requires_grad:
             raise GradError(diagnose.grad_not_required(use, self.no_grad or not torch.is_grad_enabled()),
                             use.line)
-        self._grad_hook(tensor)
+        if self._grad_hook(tensor) and self.pass_state[pass_index] == "running":
+            self.late_grads.add(gkey)
         return self._park(("grad",) + gkey, task, request)
 
     def _handle_set_grad(self, task, request):
@@ -357,26 +359,31 @@ class Runtime:
         return self._park(("grad",) + gkey, task, request)
 
     def _hook_known_grads(self, pass_index: int) -> None:
-        """Hook every `T.grad` of this pass whose T already exists, before any gradient arrives."""
-        for target_pass, kind, code in self.program.grad_targets:
+        """Hook every `T.grad` of this pass whose T already exists, before any gradient arrives, so
+        statements may read gradients in any order."""
+        for target_pass, kind, every_element, code in self.program.grad_targets:
             if target_pass != pass_index:
                 continue
             try:
                 value = eval(code, self.ns)
             except Exception:
                 continue        # the statement itself will say what is wrong, on its own line
-            if kind is not None:
-                value = self.values.get((id(value), kind))
-            if isinstance(value, torch.Tensor) and value.requires_grad:
-                self._grad_hook(value)
+            candidates = _elements(value) if every_element else [value]
+            for candidate in candidates:
+                if kind is not None:
+                    candidate = self.values.get((id(candidate), kind))
+                if isinstance(candidate, torch.Tensor) and candidate.requires_grad:
+                    self._grad_hook(candidate)
 
-    def _grad_hook(self, tensor: torch.Tensor) -> None:
+    def _grad_hook(self, tensor: torch.Tensor) -> bool:
+        """Hook the gradient of a tensor; True when the hook is new."""
         tensor_id = id(tensor)
         if tensor_id in self.handles:
-            return
+            return False
         def on_grad(grad, tensor_id=tensor_id):
             return self._on_grad(tensor_id, grad)
         self.handles[tensor_id] = tensor.register_hook(on_grad)
+        return True
 
     def _on_grad(self, tensor_id, grad):
         if not self.running_passes:
@@ -422,7 +429,8 @@ class Runtime:
             waiting_task, waiting_request = self.parked[key][0]
             tensor = waiting_request[1]
             use = self.program.uses[waiting_request[2]]
-            raise GradError(diagnose.grad_never_computed(use, tensor, backward_pass), use.line)
+            late = (id(tensor), pass_index) in self.late_grads
+            raise GradError(diagnose.grad_never_computed(use, tensor, backward_pass, late), use.line)
         self.start_ready()
         return True, None
 
@@ -544,6 +552,16 @@ def parameters_of(model: nn.Module) -> tuple:
         stack.extend(child for child in module._modules.values() if child is not None)
     _parameter_cache[model] = (_structure_version[0], tuple(params))
     return tuple(params)
+
+
+def _elements(container) -> list:
+    if isinstance(container, dict):
+        return list(container.values())
+    if isinstance(container, (list, tuple, nn.ModuleList, nn.Sequential)):
+        return list(container)
+    if isinstance(container, nn.ModuleDict):
+        return list(container.values())
+    return []
 
 
 def _parameter_flags(model: nn.Module) -> list:

@@ -354,3 +354,34 @@ with model.output.logits.sum().backward():
     g0 = h0.grad
     h3.grad[:] = g0.mean()
 """, nbgrad.OrderError, "line 6", "h3.grad", "too late", "line 5", ran_backward=True)
+
+
+def test_gradients_of_a_list_read_in_forward_order_with_a_loop_index(model, ids):
+    result = run(model, ids, """
+outs = [model.transformer.h[i].output for i in range(4)]
+with model.output.logits.sum().backward():
+    grads = [outs[i].grad.save() for i in range(4)]
+""")
+    expected = raw_grads(model, ids, list(model.transformer.h))
+    for i in range(4):
+        assert torch.allclose(result.saved[f"grads[{i}]"], expected[i])
+
+
+def test_module_output_grads_in_forward_order_inside_a_loop(model, ids):
+    result = run(model, ids, """
+for i in range(4):
+    model.transformer.h[i].output.requires_grad_(True)
+with model.output.logits.sum().backward():
+    norms = [model.transformer.h[i].output.grad.norm().item() for i in range(4)]
+""", namespace={"model": model})
+    expected = raw_grads(model, ids, list(model.transformer.h))
+    assert "norms" not in result.saved
+
+
+def test_late_gradient_request_says_why(model, ids):
+    expect_error(model, ids, """
+hs = [model.transformer.h[i].output for i in range(4)]
+with model.output.logits.sum().backward():
+    g2 = hs[2].grad.save()
+    g3 = [x for x in hs][3 + int(g2.sum() * 0)].grad.save()
+""", nbgrad.GradError, "line 5", "flowed past", ran_backward=True)

@@ -1,0 +1,33 @@
+"""Every tutorial in examples/ runs headless, offline, and its assertion cells pass."""
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+NOTEBOOKS = sorted(EXAMPLES.glob("*.ipynb"))
+
+
+def test_there_are_five_tutorials():
+    assert len(NOTEBOOKS) == 5
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_and_its_checks_pass(path):
+    notebook = nbformat.read(path, as_version=4)
+    NotebookClient(notebook, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(EXAMPLES)}}).execute()
+    errors = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs
+              if o.output_type == "error"]
+    assert not errors, errors
+    assert any("assert" in cell.source for cell in notebook.cells if cell.cell_type == "code")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_committed_notebook_carries_no_outputs(path):
+    notebook = json.loads(path.read_text())
+    for cell in notebook["cells"]:
+        assert not cell.get("outputs"), f"{path.name} has outputs: clear them before committing"
+    assert path.stat().st_size < 100_000
