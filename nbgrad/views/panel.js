@@ -75,20 +75,20 @@ function summaryLine(item) {
   return box;
 }
 
-function drawHeatmap(canvas, hm, slice, palettes, cell) {
+function drawHeatmap(canvas, hm, slice, palettes, cellW, cellH) {
   const levels = decode(slice.data);
   const rows = hm.rows.length, cols = hm.cols.length;
-  canvas.width = cols * cell;
-  canvas.height = rows * cell;
+  canvas.width = cols * cellW;
+  canvas.height = rows * cellH;
   const ctx = canvas.getContext("2d");
   const image = ctx.createImageData(canvas.width, canvas.height);
   const colours = hm.signed ? palettes.diverging : palettes.sequential;
   for (let r = 0; r < rows; r++) {
     for (let c = 0; c < cols; c++) {
       const rgb = colours[levels[r * cols + c]];
-      for (let dy = 0; dy < cell; dy++) {
-        for (let dx = 0; dx < cell; dx++) {
-          const p = ((r * cell + dy) * canvas.width + (c * cell + dx)) * 4;
+      for (let dy = 0; dy < cellH; dy++) {
+        for (let dx = 0; dx < cellW; dx++) {
+          const p = ((r * cellH + dy) * canvas.width + (c * cellW + dx)) * 4;
           image.data[p] = rgb[0]; image.data[p + 1] = rgb[1]; image.data[p + 2] = rgb[2]; image.data[p + 3] = 255;
         }
       }
@@ -124,14 +124,16 @@ function heatmapView(item, palettes) {
   canvas.className = "nbg-heatmap-canvas";
   const hover = el("div", "nbg-hover", "hover a cell for its value");
   const legendHolder = el("div");
-  const cell = Math.max(2, Math.min(24, Math.floor(480 / Math.max(hm.cols.length, 1))));
+  // Cells are sized per axis: a few long rows (tokens x hidden) stay tall enough to read.
+  const cellW = Math.max(2, Math.min(24, Math.floor(480 / Math.max(hm.cols.length, 1))));
+  const cellH = Math.max(cellW, Math.min(18, Math.floor(240 / Math.max(hm.rows.length, 1))));
   const chosen = hm.sliders.map(() => 0);
   const byKey = new Map(hm.slices.map((s) => [s.key.join(","), s]));
   let current = hm.slices[0];
   function redraw() {
     const key = hm.sliders.map((s, i) => s.indices[chosen[i]]).join(",");
     current = byKey.get(key) || hm.slices[0];
-    drawHeatmap(canvas, hm, current, palettes, cell);
+    drawHeatmap(canvas, hm, current, palettes, cellW, cellH);
     legendHolder.replaceChildren(legend(hm, current, palettes));
   }
   hm.sliders.forEach((slider, i) => {
@@ -166,11 +168,11 @@ function heatmapView(item, palettes) {
     labels.style.display = "flex"; labels.style.flexDirection = "column";
     for (const text of hm.row_labels) {
       const label = el("div", "nbg-token", text);
-      label.style.height = `${cell}px`; label.style.lineHeight = `${cell}px`;
-      label.style.fontSize = `${Math.min(11, cell)}px`; label.style.whiteSpace = "pre";
+      label.style.height = `${cellH}px`; label.style.lineHeight = `${cellH}px`;
+      label.style.fontSize = `${Math.min(11, cellH)}px`; label.style.whiteSpace = "pre";
       labels.appendChild(label);
     }
-    if (cell >= 6) wrap.appendChild(labels);
+    if (cellH >= 6) wrap.appendChild(labels);
     wrap.appendChild(canvas);
     box.appendChild(wrap);
   } else {

@@ -124,3 +124,18 @@ def test_widget_renders_without_the_extension_renderer(lab, lab_root, page):
         "s => { s.value = '1'; s.dispatchEvent(new Event('input')); }")
     assert canvas.evaluate("c => c.toDataURL()") != before
     screenshot(page, "lab-anywidget")
+
+
+def test_magic_line_does_not_indent_the_body(lab, lab_root, page):
+    write_notebook(lab_root / "typing.ipynb", [""])
+    open_notebook(page, lab, "typing.ipynb")
+    page.locator(".jp-Cell .cm-content").first.click()
+    page.keyboard.type('%%trace model "Hello (world" --no-grad')
+    page.keyboard.press("Enter")
+    page.keyboard.type("x = 1")
+    source = page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[0].model.sharedModel.getSource()")
+    assert source == '%%trace model "Hello (world" --no-grad\nx = 1', repr(source)
+    editor = page.locator(".jp-Cell .cm-content").first
+    assert editor.locator(".nbgrad-magic-name").inner_text() == "%%trace"
+    assert editor.locator(".cm-line").nth(1).locator("span").count() >= 1    # `x = 1` highlighted as Python
+    screenshot(page, "lab-typing-magic")
