@@ -9,7 +9,7 @@ from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
 import nbgrad
 from nbgrad import comm
-from conftest import tiny_gpt2
+from helpers import tiny_gpt2
 
 
 @pytest.mark.parametrize("message", [

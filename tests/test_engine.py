@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import nbgrad
-from conftest import assert_clean, model_state, tiny_gpt2
+from helpers import assert_clean, model_state, tiny_gpt2
 
 
 def raw_outputs(model, ids, modules, edit=None):

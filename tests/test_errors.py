@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import nbgrad
-from conftest import assert_clean, model_state, tiny_gpt2
+from helpers import assert_clean, model_state, tiny_gpt2
 
 
 @pytest.fixture

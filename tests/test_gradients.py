@@ -4,7 +4,7 @@ import torch
 from torch import nn
 
 import nbgrad
-from conftest import assert_clean, model_state, tiny_gpt2
+from helpers import assert_clean, model_state, tiny_gpt2
 
 
 def raw_grads(model, ids, modules, loss_fn=lambda logits: logits.sum(), edit=None, frozen=False):

@@ -156,7 +156,7 @@ def test_gradflow_flags_vanishing_and_exploding():
 
 
 def test_saved_values_in_a_list_are_named_by_their_index(tiny_model_ids=None):
-    from conftest import tiny_gpt2
+    from helpers import tiny_gpt2
     model = tiny_gpt2()
     result = nbgrad.trace(model, torch.tensor([[1, 2, 3]]),
                           "hidden = [model.transformer.h[i].output.save() for i in range(4)]")

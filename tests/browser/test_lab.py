@@ -1,6 +1,6 @@
 """JupyterLab in headless Chromium: panels render and respond, the sidebar lists the model tree and
 inserts paths, magic lines are highlighted, and a saved notebook shows its panels with no kernel."""
-from conftest import Lab, open_notebook, run_command, screenshot, wait_for_kernel_idle, write_notebook
+from labtools import Lab, open_notebook, run_command, screenshot, wait_for_kernel_idle, write_notebook
 
 SETUP = "%load_ext nbgrad\nimport torch, nbgrad\nmodel = nbgrad.load_model()"
 TRACE = ('%%trace model "Hello <img src=x onerror=\\"window.nbgradPwned=1\\"> World" --tokenizer nbgrad.tokenizer_for(model)\n'

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import dismiss_popups, open_notebook, run_command, screenshot, wait_for_kernel_idle
+from labtools import dismiss_popups, open_notebook, run_command, screenshot, wait_for_kernel_idle
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -1,0 +1,115 @@
+"""Helpers for the browser tests: a JupyterLab server on localhost, notebooks, screenshots."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
+TOKEN = "nbgrad-test-token"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run", "--disable-sync", "--disable-quic"]
+
+
+def require_browser():
+    missing = not os.path.exists(CHROMIUM)
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        missing = True
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"browser tests need {CHROMIUM} and the playwright package (apt-get install chromium)")
+        pytest.skip("no system Chromium here; CI installs it and runs these tests")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Lab:
+    def __init__(self, root: Path, extra_args=()):
+        self.root = root
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", JUPYTER_PLATFORM_DIRS="1")
+        args = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={self.port}", "--ip=127.0.0.1",
+                f"--ServerApp.token={TOKEN}", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
+                "--ServerApp.disable_check_xsrf=True", *extra_args]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            args.append("--allow-root")
+        self.log = open(root / f"lab-{self.port}.log", "w")
+        self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=root)
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            try:
+                urllib.request.urlopen(f"{self.url}/api/status?token={TOKEN}", timeout=2)
+                return
+            except Exception:
+                if self.process.poll() is not None:
+                    break
+                time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"jupyter lab did not start: {(root / f'lab-{self.port}.log').read_text()[-2000:]}")
+
+    def notebook_url(self, name: str) -> str:
+        return f"{self.url}/lab/tree/{name}?token={TOKEN}&reset"
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        self.log.close()
+
+
+def write_notebook(path: Path, cells: list) -> Path:
+    notebook = {"cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+                           "source": source} for source in cells],
+                "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+                             "language_info": {"name": "python"}},
+                "nbformat": 4, "nbformat_minor": 5}
+    path.write_text(json.dumps(notebook))
+    return path
+
+
+def dismiss_popups(page):
+    """The news question and a kernel-choice dialog would cover what the screenshot is for."""
+    for name in ("No Kernel", "No"):
+        button = page.get_by_role("button", name=name, exact=True)
+        if button.count() and button.first.is_visible():
+            button.first.click()
+
+
+def screenshot(page, name: str):
+    dismiss_popups(page)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=False)
+
+
+def run_command(page, command: str, args: dict | None = None):
+    page.evaluate("([c, a]) => window.jupyterapp.commands.execute(c, a)", [command, args or {}])
+
+
+def wait_for_kernel_idle(page, timeout=120_000):
+    page.wait_for_function(
+        "() => { const w = window.jupyterapp.shell.currentWidget;"
+        " return w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel"
+        " && w.sessionContext.session.kernel.status === 'idle'; }", timeout=timeout)
+
+
+def open_notebook(page, lab: Lab, name: str):
+    page.goto(lab.notebook_url(name))
+    page.wait_for_selector(".jp-Notebook", timeout=120_000)
+    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget", timeout=60_000)

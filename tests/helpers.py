@@ -1,0 +1,33 @@
+"""Shared helpers for the tests: models built from a config, and the state a cell must leave alone."""
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+
+def tiny_gpt2(n_layer=4, seed=0):
+    torch.manual_seed(seed)
+    config = GPT2Config(n_layer=n_layer, n_embd=32, n_head=2, vocab_size=97, n_positions=32,
+                        bos_token_id=0, eos_token_id=0)
+    return GPT2LMHeadModel(config).eval()
+
+
+def hook_count(model):
+    total = 0
+    for module in model.modules():
+        total += len(module._forward_hooks) + len(module._forward_pre_hooks)
+        total += len(module._backward_hooks) + len(getattr(module, "_backward_pre_hooks", {}))
+    return total
+
+
+def model_state(model):
+    """Everything a cell must leave as it found it."""
+    return (hook_count(model), [p.requires_grad for p in model.parameters()], torch.is_grad_enabled(),
+            [None if p.grad is None else p.grad.clone() for p in model.parameters()])
+
+
+def assert_clean(model, before):
+    after = model_state(model)
+    assert after[0] == before[0], "hooks left on the model"
+    assert after[1] == before[1], "requires_grad flags changed"
+    assert after[2] == before[2], "grad mode changed"
+    for a, b in zip(after[3], before[3]):
+        assert (a is None) == (b is None) and (a is None or torch.equal(a, b)), ".grad changed"
