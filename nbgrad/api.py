@@ -7,6 +7,7 @@ from torch import nn
 from . import models
 from .compiler import compile_cell
 from .inputs import call_arguments, input_ids_of
+from .naming import tensor_names
 from .runtime import Result, Runtime, active_runtime
 
 _MISSING = object()
@@ -40,7 +41,7 @@ def backward(loss: torch.Tensor, source: str = "", namespace: dict | None = None
     runtime = Runtime(program, namespace)
     result = runtime.run_backward(loss, grad_output=grad_output, retain_graph=retain_graph,
                                   create_graph=create_graph)
-    names = _leaf_names(namespace)
+    names = tensor_names(namespace)
     for leaf in leaves:
         name = names.get(id(leaf), f"leaf {tuple(leaf.shape)}")
         result.leaf_grads[name] = leaf.grad
@@ -83,18 +84,3 @@ def _leaves(loss: torch.Tensor) -> list:
     if loss.grad_fn is None and loss.requires_grad:
         leaves.append(loss)
     return leaves[::-1]
-
-
-def _leaf_names(namespace: dict) -> dict:
-    """id(tensor) -> how the namespace names it: `x`, `model.transformer.h[0].mlp.c_fc.weight`."""
-    names = {}
-    for name, value in namespace.items():
-        if name.startswith("_"):
-            continue
-        if isinstance(value, torch.Tensor):
-            names.setdefault(id(value), name)
-        elif isinstance(value, nn.Module):
-            for param_name, param in value.named_parameters():
-                path = "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in param_name.split("."))
-                names.setdefault(id(param), f"{name}{path}")
-    return names

@@ -7,6 +7,7 @@ import difflib
 import torch
 from torch import nn
 
+from . import naming
 from .errors import GradError, ModulePathError
 
 
@@ -14,10 +15,7 @@ def module_path(model: nn.Module, module: nn.Module, root: str = "model") -> str
     """`model.transformer.h[3]` for a submodule, or None when it is not part of the model."""
     for name, candidate in model.named_modules():
         if candidate is module:
-            parts = [root]
-            for piece in name.split(".") if name else []:
-                parts.append(f"[{piece}]" if piece.isdigit() else f".{piece}")
-            return "".join(parts)
+            return naming.module_path(root, name)
     return None
 
 

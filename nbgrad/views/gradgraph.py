@@ -5,23 +5,10 @@ import base64
 import io
 
 import torch
-from torch import nn
+
+from ..naming import tensor_names
 
 MAX_NODES = 60
-
-
-def leaf_names(namespace: dict) -> dict:
-    names = {}
-    for name, value in namespace.items():
-        if name.startswith("_"):
-            continue
-        if isinstance(value, torch.Tensor):
-            names.setdefault(id(value), name)
-        elif isinstance(value, nn.Module):
-            for param_name, param in value.named_parameters():
-                path = "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in param_name.split("."))
-                names.setdefault(id(param), f"{name}{path}")
-    return names
 
 
 def walk(tensor: torch.Tensor, names: dict) -> tuple:
@@ -89,7 +76,7 @@ def figure_png(nodes: dict, edges: list, title: str) -> bytes:
 
 class GradGraph:
     def __init__(self, tensor: torch.Tensor, namespace: dict, title: str):
-        self.nodes, self.edges, self.hidden = walk(tensor, leaf_names(namespace))
+        self.nodes, self.edges, self.hidden = walk(tensor, tensor_names(namespace))
         self.title = title
 
     def text(self) -> str:
