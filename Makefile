@@ -22,8 +22,10 @@ $(VENV)/.tools: $(VENV)/.torch
 	$(PIP) install "jupyterlab>=4.6,<5" hatchling hatch-jupyter-builder jupyter-builder
 	touch $@
 
+# `npm install` with the committed lock: the registry here lacks rspack's other-platform optional
+# binaries, which `npm ci` insists on finding in the lock.
 node_modules/.package-lock.json: package.json package-lock.json
-	npm ci --no-audit --no-fund --loglevel=error
+	npm install --no-audit --no-fund --no-save --loglevel=error
 
 # The JupyterLab extension: TypeScript -> labextension/lib -> nbgrad/labextension (built with npm).
 extension: $(VENV)/.tools node_modules/.package-lock.json
