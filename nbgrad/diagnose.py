@@ -138,8 +138,8 @@ def backward_never_ran(use, backward_pass) -> str:
 
 
 def second_backward(backward_pass) -> str:
-    return (f"backward through the same graph a second time: its buffers were freed by the first pass. "
-            f"Pass retain_graph=True to the first backward (--retain-graph on %%backward)")
+    return ("backward through the same graph a second time: its buffers were freed by the first pass. "
+            "Pass retain_graph=True to the first backward (--retain-graph on %%backward)")
 
 
 def check_loss(loss: torch.Tensor, backward_pass, args, kwargs, no_grad: bool, namespace: dict,

@@ -76,3 +76,11 @@ def cell_line_of(tb: types.TracebackType | None) -> int | None:
             line = tb.tb_lineno
         tb = tb.tb_next
     return line
+
+
+def for_the_cell(error: BaseException) -> BaseException:
+    """The error as a cell shows it: an nbgrad error as its one message (cause kept), any other error
+    with the cell's own frames only (all of them when it arose inside the model)."""
+    if isinstance(error, NbgradError):
+        return error.with_traceback(None)
+    return error.with_traceback(cell_traceback(error.__traceback__) or error.__traceback__)

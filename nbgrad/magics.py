@@ -7,8 +7,8 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from . import api, models
-from .errors import InputError, NbgradError, cell_traceback
+from . import api
+from .errors import InputError, NbgradError, for_the_cell
 from .runtime import UNSAVED_KEY
 
 
@@ -48,10 +48,8 @@ def _cell_errors(magic):
         __tracebackhide__ = True
         try:
             return magic(self, line, cell)
-        except NbgradError as error:
-            raise error.with_traceback(None) from error.__cause__
         except BaseException as error:
-            raise error.with_traceback(cell_traceback(error.__traceback__) or error.__traceback__)
+            raise for_the_cell(error)
     return wrapper
 
 

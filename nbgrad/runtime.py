@@ -12,8 +12,8 @@ from torch.nn.modules.module import (register_module_module_registration_hook,
                                      register_module_parameter_registration_hook)
 
 from . import diagnose
-from .compiler import RUNTIME_NAME, TEMP_PREFIX, Program
-from .errors import GradError, NbgradError, OrderError, cell_traceback
+from .compiler import RUNTIME_NAME, Program
+from .errors import GradError, OrderError, for_the_cell
 
 _active: list = []          # runtimes now running (nested traces are possible)
 
@@ -27,7 +27,7 @@ class Result:
     """What a cell leaves behind: saved values by name, the hook graph, shapes of what was traced."""
     saved: dict
     graph: object
-    shapes: dict = field(default_factory=dict)       # "model.transformer.h[0].output" -> shape
+    shapes: dict = field(default_factory=dict)       # (id(module), "output" | "grad") -> shape, for the sidebar
     leaf_grads: dict = field(default_factory=dict)   # %%backward: leaf name -> its .grad
     accumulated: set = field(default_factory=set)    # leaf names whose .grad held a value before
     grad_pairs: dict = field(default_factory=dict)   # saved gradient name -> name of its tensor
@@ -112,10 +112,8 @@ class Runtime:
             saved = self._saved_by_name()
             return Result(saved=saved, graph=self.program.graph, shapes=self.shapes,
                           grad_pairs=self._grad_pairs(saved))
-        except NbgradError as error:
-            raise error.with_traceback(None) from error.__cause__
         except BaseException as error:
-            raise error.with_traceback(cell_traceback(error.__traceback__))
+            raise for_the_cell(error)
         finally:
             _active.remove(self)
             torch.set_grad_enabled(grad_mode)

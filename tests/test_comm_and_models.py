@@ -1,5 +1,4 @@
 """The sidebar's comm answers only well-formed requests; model loading; the installed extension."""
-import os
 import subprocess
 import sys
 

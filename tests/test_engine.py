@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import nbgrad
-from helpers import assert_clean, model_state, tiny_gpt2
+from helpers import assert_clean, model_state
 
 
 def raw_outputs(model, ids, modules, edit=None):
@@ -126,7 +126,6 @@ def test_input_replacement(tiny, ids):
 model.transformer.ln_f.input = model.transformer.ln_f.input * 0
 logits = model.output.logits.save()
 """)
-    captured = {}
 
     def pre(mod, args):
         return (args[0] * 0,)

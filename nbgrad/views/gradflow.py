@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import io
-import math
 
-import torch
 from torch import nn
 
 VANISHING, EXPLODING = 1e-7, 1e3
@@ -28,7 +26,7 @@ def flags(rows: list) -> dict:
     means = sorted(mean for _, mean, _ in rows)
     median = means[len(means) // 2] or 1e-30
     flagged = {}
-    for name, mean, peak in rows:
+    for name, mean, _peak in rows:
         if mean < VANISHING or mean < median * 1e-4:
             flagged[name] = "vanishing"
         elif mean > EXPLODING or mean > median * 1e3:

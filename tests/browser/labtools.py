@@ -1,7 +1,6 @@
 """Helpers for the browser tests: a JupyterLab server on localhost, notebooks, screenshots."""
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
