@@ -77,7 +77,14 @@ export class ModelExplorer extends Widget {
       this.say('No notebook is open.');
       return;
     }
-    panel.sessionContext.kernelChanged.connect(() => this.refresh(), this);
+    if (!this.followed.has(panel)) {
+      this.followed.add(panel);
+      panel.sessionContext.kernelChanged.connect(() => {
+        if (this.tracker.currentWidget === panel) {
+          this.refresh();
+        }
+      }, this);
+    }
     panel.sessionContext.ready.then(() => this.refresh()).catch(() => this.say('No kernel.'));
   }
 
@@ -206,6 +213,7 @@ export class ModelExplorer extends Widget {
     editor.focus();
   }
 
+  private followed = new WeakSet<NotebookPanel>();
   private status: HTMLElement;
   private tree: HTMLElement;
   private comm: Kernel.IComm | null = null;

@@ -139,3 +139,25 @@ def test_magic_line_does_not_indent_the_body(lab, lab_root, page):
     assert editor.locator(".nbgrad-magic-name").inner_text() == "%%trace"
     assert editor.locator(".cm-line").nth(1).locator("span").count() >= 1    # `x = 1` highlighted as Python
     screenshot(page, "lab-typing-magic")
+
+
+def test_sidebar_says_what_is_missing(lab, lab_root, page):
+    write_notebook(lab_root / "states.ipynb", ["x = 1", "%load_ext nbgrad", "import nbgrad\nmodel = nbgrad.load_model()"])
+    open_notebook(page, lab, "states.ipynb")
+    wait_for_kernel_idle(page)
+    page.evaluate("() => window.jupyterapp.shell.activateById('nbgrad-sidebar')")
+    status = page.locator("#nbgrad-sidebar .nbgrad-status")
+    run_command(page, "notebook:run-cell-and-select-next")
+    page.wait_for_function("() => document.querySelector('#nbgrad-sidebar .nbgrad-status').textContent"
+                           ".includes('%load_ext nbgrad')", timeout=30_000)
+    run_command(page, "notebook:run-cell-and-select-next")
+    page.wait_for_function("() => document.querySelector('#nbgrad-sidebar .nbgrad-status').textContent"
+                           ".includes('No model in the kernel')", timeout=30_000)
+    run_command(page, "notebook:run-cell-and-select-next")
+    page.wait_for_function("() => document.querySelector('#nbgrad-sidebar .nbgrad-status').textContent"
+                           ".includes('1 model')", timeout=60_000)
+    assert "GPT2LMHeadModel" in page.locator("#nbgrad-sidebar").inner_text()
+    page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.shutdown()")
+    page.wait_for_function("() => document.querySelector('#nbgrad-sidebar .nbgrad-status').textContent"
+                           ".includes('No kernel')", timeout=30_000)
+    assert status.inner_text().startswith("No kernel")
