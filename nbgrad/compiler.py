@@ -44,7 +44,6 @@ class Program:
     uses: list                      # EventUse by use id
     static_targets: list            # (kind, target source, eval code) known before the run
     candidate_targets: list         # (kind, container source, eval code): hook every child
-    free_names: frozenset = field(default_factory=frozenset)
     bound_names: frozenset = field(default_factory=frozenset)
     grad_targets: list = field(default_factory=list)   # (pass, event kind, every element?, eval code)
 
@@ -86,6 +85,19 @@ def is_backward_call(expr: ast.AST) -> bool:
 def is_backward_block(stmt: ast.AST) -> bool:
     return (isinstance(stmt, ast.With) and len(stmt.items) == 1
             and stmt.items[0].optional_vars is None and is_backward_call(stmt.items[0].context_expr))
+
+
+def walk_cell_level(node: ast.AST):
+    """ast.walk, but not into the bodies of functions and classes the cell defines: those run as plain
+    Python when called, not as part of the cell's hook graph."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        if current is not node and isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
+                                                          ast.ClassDef)):
+            continue
+        stack.extend(ast.iter_child_nodes(current))
 
 
 def _position(node: ast.AST) -> tuple:
@@ -258,6 +270,21 @@ class _Rewriter(ast.NodeTransformer):
 
     visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension
 
+    def _function(self, node):
+        """Functions the cell defines run as plain Python when called: nbgrad cannot pause inside a call,
+        so a module event there is an error; `.grad` and `.backward()` keep their PyTorch meaning."""
+        if getattr(node, "name", "").startswith(TEMP_PREFIX):
+            return self.generic_visit(node)          # a comprehension nbgrad turned into a generator
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Attribute) and inner.attr in MODULE_EVENTS:
+                raise NbgradError(f"`.{inner.attr}` inside a function defined in the cell: nbgrad runs "
+                                  f"statements when their events fire and cannot wait inside a function call. "
+                                  f"Read it at the top level of the cell (loops and comprehensions are fine) "
+                                  f"and pass the value to the function", inner.lineno)
+        return node
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
+
     def _use(self, kind, target: ast.expr, node: ast.AST, write: bool) -> int:
         return self.builder.add_use(kind, target, node.lineno, write)
 
@@ -407,8 +434,9 @@ class _Builder:
             self.passes.append(BackwardPass(0, 0, "LOSS", True))
             self._pass_col[0] = 0
             return
-        calls = sorted((n for stmt in body for n in ast.walk(stmt) if is_backward_call(n)), key=_position)
-        blocks = {id(s.items[0].context_expr) for stmt in body for s in ast.walk(stmt) if is_backward_block(s)}
+        calls = sorted((n for stmt in body for n in walk_cell_level(stmt) if is_backward_call(n)), key=_position)
+        blocks = {id(s.items[0].context_expr) for stmt in body for s in walk_cell_level(stmt)
+                  if is_backward_block(s)}
         for call in calls:
             index = len(self.passes)
             text = ast.get_source_segment(self.source, call) or ast.unparse(call)
@@ -449,7 +477,7 @@ class _Builder:
         static, candidates = self._static_targets(free)
         bound = frozenset(n for n in all_bound if not n.startswith(TEMP_PREFIX))
         return Program(self.source, self.mode, self.filename, graph, nodes, self.uses, static, candidates,
-                       free, bound, self.grad_targets)
+                       bound, self.grad_targets)
 
     def _compile_node(self, index: int, stmt: ast.stmt, block) -> CompiledNode:
         self.current_block = block
@@ -463,7 +491,7 @@ class _Builder:
             names, mutated = bound_names(stmt)
             reads = read_names(stmt)
             text = ast.get_source_segment(self.source, stmt) or line_text
-            starts = tuple(self.pass_at[_position(n)] for n in ast.walk(stmt) if is_backward_call(n))
+            starts = tuple(self.pass_at[_position(n)] for n in walk_cell_level(stmt) if is_backward_call(n))
             if isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
                 stmt = ast.copy_location(ast.Assign(targets=[stmt.target], value=stmt.value), stmt)
             rewriter = _Rewriter(self, written_events(stmt))

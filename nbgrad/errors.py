@@ -39,10 +39,6 @@ class OrderError(NbgradError, RuntimeError):
     """A statement that cannot run in time: its event has already passed or never comes."""
 
 
-class UnsavedNameError(NameError):
-    """A name the cell bound to a traced value that was not saved."""
-
-
 def register_cell_source(source: str, serial: int) -> str:
     """Make the cell text visible to tracebacks under a filename of its own."""
     filename = f"{CELL_FILENAME_PREFIX}{serial}>"
@@ -66,16 +62,6 @@ def cell_traceback(tb: types.TracebackType | None) -> types.TracebackType | None
     for frame, lasti, lineno in reversed(frames):
         trimmed = types.TracebackType(trimmed, frame, lasti, lineno)
     return trimmed
-
-
-def cell_line_of(tb: types.TracebackType | None) -> int | None:
-    """The deepest cell line in a traceback."""
-    line = None
-    while tb is not None:
-        if is_cell_frame(tb.tb_frame):
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    return line
 
 
 def for_the_cell(error: BaseException) -> BaseException:

@@ -3,9 +3,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-EVENT_KINDS = ("output", "input", "inputs", "grad")
-
-
 @dataclass(frozen=True)
 class EventUse:
     """One place in the cell that reads or writes an event."""

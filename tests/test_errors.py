@@ -148,3 +148,21 @@ def test_trace_help(shell, capsys):
     doc = NbgradMagics.trace.__doc__
     for option in ("--no-grad", "--quiet", "--graph", "--tokenizer", "MODEL"):
         assert option.lower() in doc.lower(), option
+
+
+def test_module_event_inside_a_cell_function_is_a_clear_error(model, ids):
+    check(model, ids, "x = 1\ndef last(m):\n    return m.transformer.h[-1].output\ny = last(model)",
+          nbgrad.NbgradError, "line 3", "inside a function defined in the cell", "top level")
+
+
+def test_cell_functions_keep_plain_pytorch_grad_and_backward(model, ids):
+    namespace = {"model": model, "torch": torch}
+    nbgrad.trace(model, ids, """
+def step(t):
+    loss = (t * 3).sum()
+    loss.backward()
+    return t.grad
+w = torch.ones(2, requires_grad=True)
+g = step(w).clone().save()
+""", namespace)
+    assert torch.equal(namespace["g"], torch.full((2,), 3.0))

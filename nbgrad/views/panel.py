@@ -6,7 +6,6 @@ import base64
 import html
 import json
 from collections.abc import Mapping
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -15,7 +14,6 @@ from . import payload as build
 from .palette import heatmap_png, histogram_png
 
 MIME_TYPE = "application/vnd.nbgrad.panel+json"
-HERE = Path(__file__).resolve().parent
 MAX_ITEMS = 24
 
 

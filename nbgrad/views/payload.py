@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import itertools
-import json
 import math
 
 import numpy as np
@@ -152,10 +151,6 @@ def tensor_item(name: str, tensor: torch.Tensor, *, kind: str = "activation", pa
 def value_item(name: str, value) -> dict:
     text = repr(value)
     return {"name": name, "kind": "value", "value": text if len(text) < 2000 else text[:2000] + " …"}
-
-
-def size_of(item: dict) -> int:
-    return len(json.dumps(item))
 
 
 def palettes() -> dict:
