@@ -74,7 +74,23 @@ class HookGraph:
                 lines.append(f"      after: {', '.join(after)}")
             if node.block is not None:
                 lines.append(f"      inside backward pass {node.block}")
+        lines.append("edges:")
+        lines.extend(f"  {edge}" for edge in self.edges() or ["(none)"])
         return "\n".join(lines)
+
+    def edges(self) -> list:
+        """`event -> node` where a node waits for an event, `node -> node` where one needs another's names."""
+        found = []
+        for node in self.nodes:
+            for event in dict.fromkeys(e.describe() for e in node.events):
+                found.append(f"{event} -> node {node.index}")
+            for dep in node.deps:
+                found.append(f"node {dep} -> node {node.index}")
+            if node.block is not None:
+                found.append(f"backward pass {node.block} -> node {node.index}")
+        return found
+
+    __str__ = to_text
 
     def to_dict(self) -> dict:
         return {

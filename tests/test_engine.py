@@ -282,3 +282,14 @@ def test_flags_restored_after_the_model_changes_shape(tiny, ids):
     nbgrad.trace(tiny, ids, "model.extra.weight.requires_grad_(False)\nb = model.transformer.h[0].output.save()")
     assert tiny.extra.weight.requires_grad
     assert_clean(tiny, before)
+
+
+def test_graph_text_lists_events_nodes_and_edges(tiny, ids):
+    result = nbgrad.trace(tiny, ids, "hs = model.transformer.h[1].output\n"
+                                     "with model.output.logits.sum().backward():\n    g = hs.grad.save()", graph=True)
+    text = str(result.graph)
+    assert "model.transformer.h[1].output  [forward hook]  line 1 reads" in text
+    assert "hs.grad  [tensor hook]  line 3 reads" in text
+    assert "pass 0: line 2 (with-block)" in text
+    assert "model.transformer.h[1].output -> node 0" in text and "node 0 -> node 2" in text
+    assert result.saved == {}
