@@ -62,7 +62,8 @@ def _quantize(block: torch.Tensor, signed: bool) -> tuple:
     return levels, low, high
 
 
-def heatmap(tensor: torch.Tensor, token_axis: int | None, tokens: list | None) -> dict | None:
+def heatmap(tensor: torch.Tensor, token_axis: int | None, tokens: list | None, signed: bool) -> dict | None:
+    """Sampled 2-D slices of the last two axes, one per slider position; `signed` picks the diverging map."""
     data = tensor.detach()
     if data.dim() == 0 or data.numel() == 0 or data.is_complex() or data.dtype == torch.bool:
         return None
@@ -79,8 +80,6 @@ def heatmap(tensor: torch.Tensor, token_axis: int | None, tokens: list | None) -
     per_axis = max(1, int(slice_budget ** (1 / len(slider_axes)))) if slider_axes else 1
     sliders = [{"axis": axis, "size": data.shape[axis], "indices": _sample_indices(data.shape[axis], per_axis)}
                for axis in slider_axes]
-    finite = data[torch.isfinite(data)] if data.is_floating_point() else data
-    signed = bool(finite.numel()) and float(finite.min()) < 0 < float(finite.max())
     row_index, col_index = torch.tensor(rows), torch.tensor(cols)
     slices = []
     for key in itertools.product(*[s["indices"] for s in sliders]):
@@ -142,8 +141,10 @@ def tensor_item(name: str, tensor: torch.Tensor, *, kind: str = "activation", pa
         token_axis = next((axis for axis in range(1, tensor.dim()) if tensor.shape[axis] == len(tokens)), None)
         if token_axis is None and tensor.dim() >= 1 and tensor.shape[0] == len(tokens):
             token_axis = 0
-    item = {"name": name, "kind": kind, "partner": partner, "note": note, "summary": summary(tensor),
-            "heatmap": heatmap(tensor, token_axis, tokens), "histogram": histogram(tensor),
+    stats = summary(tensor)
+    signed = stats.get("min") is not None and stats["min"] < 0 < stats["max"]   # finite values, whole tensor
+    item = {"name": name, "kind": kind, "partner": partner, "note": note, "summary": stats,
+            "heatmap": heatmap(tensor, token_axis, tokens, signed), "histogram": histogram(tensor),
             "topk": top_tokens(tensor, tokenizer, tokens)}
     return item
 
