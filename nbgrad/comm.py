@@ -8,6 +8,8 @@ import weakref
 
 from torch import nn
 
+from .naming import module_path
+
 TARGET = "nbgrad"
 REQUESTS = ("models", "ping")
 MAX_NODES = 5000
@@ -85,8 +87,7 @@ def module_tree(name: str, model: nn.Module) -> dict:
             if budget[0] <= 0:
                 entry["truncated"] = True
                 break
-            step = f"[{child_name}]" if child_name.isdigit() else f".{child_name}"
-            entry["children"].append(node(child_name, path + step, child))
+            entry["children"].append(node(child_name, module_path(path, child_name), child))
         entry["total"] = sum(p.numel() for p in module.parameters())   # shared (tied) weights once
         return entry
     return node(name, name, model)

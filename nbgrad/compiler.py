@@ -365,18 +365,20 @@ def _is_event_attr(target: ast.AST) -> bool:
     return isinstance(target, ast.Attribute) and (target.attr in MODULE_EVENTS or target.attr == "grad")
 
 
-def _is_static(expr: ast.expr, free: frozenset) -> bool:
-    """Can this module expression be evaluated before the run (no names the cell binds)?"""
+def _is_path(expr: ast.expr, names: frozenset | None = None) -> bool:
+    """A name followed by attributes and subscripts, safe to evaluate early. With `names`, the root and
+    any name used as an index must be among them (names the cell does not bind); without, any root name
+    and constant indices only."""
     if isinstance(expr, ast.Name):
-        return expr.id in free
+        return names is None or expr.id in names
     if isinstance(expr, ast.Attribute):
-        return _is_static(expr.value, free)
+        return expr.attr not in MODULE_EVENTS and expr.attr != "grad" and _is_path(expr.value, names)
     if isinstance(expr, ast.Subscript):
         index = expr.slice
         if isinstance(index, ast.UnaryOp) and isinstance(index.op, ast.USub):
             index = index.operand
-        return _is_static(expr.value, free) and (
-            isinstance(index, ast.Constant) or (isinstance(index, ast.Name) and index.id in free))
+        by_name = names is not None and isinstance(index, ast.Name) and index.id in names
+        return (isinstance(index, ast.Constant) or by_name) and _is_path(expr.value, names)
     return False
 
 
@@ -412,9 +414,9 @@ class _Builder:
         kind = None
         if isinstance(target, ast.Attribute) and target.attr in MODULE_EVENTS:
             kind, target = target.attr, target.value
-        if _is_simple_path(target):
+        if _is_path(target):
             self.grad_targets.append((pass_index, kind, False, _eval_code(target, self.filename)))
-        elif isinstance(target, ast.Subscript) and _is_simple_path(target.value):
+        elif isinstance(target, ast.Subscript) and _is_path(target.value):
             # `outs[i].grad` in a loop: hook every element of `outs` before the pass
             self.grad_targets.append((pass_index, kind, True, _eval_code(target.value, self.filename)))
 
@@ -510,24 +512,12 @@ class _Builder:
             if use.kind == "grad" or (use.kind, use.target) in seen:
                 continue
             seen.add((use.kind, use.target))
-            if _is_static(target, free):
+            if _is_path(target, free):
                 static.append((use.kind, use.target, _eval_code(target, self.filename)))
-            elif isinstance(target, ast.Subscript) and _is_static(target.value, free):
+            elif isinstance(target, ast.Subscript) and _is_path(target.value, free):
                 container = ast.get_source_segment(self.source, target.value) or ast.unparse(target.value)
                 candidates.append((use.kind, container, _eval_code(target.value, self.filename)))
         return static, candidates
-
-
-def _is_simple_path(expr: ast.expr) -> bool:
-    """A name followed by attributes and constant subscripts: safe to evaluate early."""
-    if isinstance(expr, ast.Name):
-        return True
-    if isinstance(expr, ast.Attribute):
-        return expr.attr not in MODULE_EVENTS and expr.attr != "grad" and _is_simple_path(expr.value)
-    if isinstance(expr, ast.Subscript):
-        index = expr.slice.operand if isinstance(expr.slice, ast.UnaryOp) else expr.slice
-        return isinstance(index, ast.Constant) and _is_simple_path(expr.value)
-    return False
 
 
 def _eval_code(expr: ast.expr, filename: str) -> types.CodeType:

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from .errors import InputError
+from .models import parameters_of
 
 INPUT_HELP = ("INPUT may be a string or a list of strings (tokenized; a list is one padded batch), "
               "a tensor (the first argument), a dict or BatchEncoding (keyword arguments) "
@@ -46,7 +47,6 @@ def input_ids_of(args: tuple, kwargs: dict):
 
 
 def _device_of(model: nn.Module):
-    from .runtime import parameters_of
     params = parameters_of(model)
     return params[0].device if params else None
 

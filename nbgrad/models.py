@@ -5,6 +5,8 @@ import weakref
 from pathlib import Path
 
 from torch import nn
+from torch.nn.modules.module import (register_module_module_registration_hook,
+                                     register_module_parameter_registration_hook)
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "data" / "default"
 
@@ -50,3 +52,36 @@ def remember(model: nn.Module) -> None:
 
 def models_seen() -> list:
     return list(_seen)
+
+
+# Every cell restores the model's requires_grad flags, so it needs the model's parameters. Walking the
+# module tree costs more than the rest of a cell's overhead; the list is cached per model and dropped
+# whenever any module or parameter is registered anywhere (torch's public registration hooks).
+_structure_version = [0]
+_parameter_cache: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
+
+
+def _structure_changed(*_):
+    _structure_version[0] += 1
+
+
+register_module_module_registration_hook(_structure_changed)
+register_module_parameter_registration_hook(_structure_changed)
+
+
+def parameters_of(model: nn.Module) -> tuple:
+    """Every parameter of the model, shared ones once (cached until the structure of any module changes)."""
+    cached = _parameter_cache.get(model)
+    if cached is not None and cached[0] == _structure_version[0]:
+        return cached[1]
+    params, seen, stack = [], set(), [model]
+    while stack:
+        module = stack.pop()
+        for param in module._parameters.values():
+            if param is not None and id(param) not in seen:
+                seen.add(id(param))
+                params.append(param)
+        stack.extend(child for child in module._modules.values() if child is not None)
+    params = tuple(params)
+    _parameter_cache[model] = (_structure_version[0], params)
+    return params

@@ -3,16 +3,14 @@ when what it waits for exists, every hook removed and every flag restored in `fi
 from __future__ import annotations
 
 import types
-import weakref
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
-from torch.nn.modules.module import (register_module_module_registration_hook,
-                                     register_module_parameter_registration_hook)
 
 from . import diagnose
 from .compiler import RUNTIME_NAME, Program
+from .models import parameters_of
 from .errors import GradError, OrderError, for_the_cell
 
 _active: list = []          # runtimes now running (nested traces are possible)
@@ -454,11 +452,9 @@ class Runtime:
 
     def _saved_by_name(self) -> dict:
         """Saved values in the order they were saved, under the name the cell bound them to."""
-        names = {}
-        bound = [(name, self.ns.get(name, _MISSING)) for name in sorted(self.program.bound_names)]
-        for name, value in bound:
-            names.setdefault(id(value), name)
-        for name, value in bound:           # then elements: `hidden = [... .save() for ...]`
+        names = self._bound_names_by_id()
+        for name in sorted(self.program.bound_names):   # then elements: `hidden = [... .save() for ...]`
+            value = self.ns.get(name, _MISSING)
             if isinstance(value, (list, tuple)):
                 for index, element in enumerate(value):
                     names.setdefault(id(element), f"{name}[{index}]")
@@ -474,13 +470,20 @@ class Runtime:
             by_name[name] = value
         return by_name
 
+    def _bound_names_by_id(self) -> dict:
+        """id(value) -> the name the cell bound it to (the first name, alphabetically, when several)."""
+        names = {}
+        for name in sorted(self.program.bound_names):
+            names.setdefault(id(self.ns.get(name, _MISSING)), name)
+        return names
+
     def _grad_pairs(self, saved: dict) -> dict:
         """Which saved values are gradients, and the name of the tensor each flowed into."""
         if not self.grad_sources:
             return {}
         names = {id(value): name for name, value in saved.items()}
-        for name in sorted(self.program.bound_names):
-            names.setdefault(id(self.ns.get(name, _MISSING)), name)
+        for value_id, name in self._bound_names_by_id().items():
+            names.setdefault(value_id, name)
         pairs = {}
         for name, value in saved.items():
             source = self.grad_sources.get(id(value))
@@ -520,45 +523,11 @@ UNSAVED_KEY = "__nbgrad_unsaved__"
 _MISSING = object()
 
 
-# Every cell restores the model's requires_grad flags, so it needs the model's parameters. Walking the
-# module tree costs more than the rest of a cell's overhead; the list is cached per model and dropped
-# whenever any module or parameter is registered anywhere (torch's public registration hooks).
-_structure_version = [0]
-_parameter_cache: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
-
-
-def _structure_changed(*_):
-    _structure_version[0] += 1
-
-
-register_module_module_registration_hook(_structure_changed)
-register_module_parameter_registration_hook(_structure_changed)
-
-
-def parameters_of(model: nn.Module) -> tuple:
-    """Every parameter of the model, shared ones once (cached until the structure of any module changes)."""
-    cached = _parameter_cache.get(model)
-    if cached is not None and cached[0] == _structure_version[0]:
-        return cached[1]
-    params, seen, stack = [], set(), [model]
-    while stack:
-        module = stack.pop()
-        for param in module._parameters.values():
-            if param is not None and id(param) not in seen:
-                seen.add(id(param))
-                params.append(param)
-        stack.extend(child for child in module._modules.values() if child is not None)
-    _parameter_cache[model] = (_structure_version[0], tuple(params))
-    return tuple(params)
-
-
 def _elements(container) -> list:
-    if isinstance(container, dict):
+    if isinstance(container, (dict, nn.ModuleDict)):
         return list(container.values())
     if isinstance(container, (list, tuple, nn.ModuleList, nn.Sequential)):
         return list(container)
-    if isinstance(container, nn.ModuleDict):
-        return list(container.values())
     return []
 
 

@@ -15,6 +15,7 @@ from .palette import heatmap_png, histogram_png
 
 MIME_TYPE = "application/vnd.nbgrad.panel+json"
 MAX_ITEMS = 24
+STATS = ("min", "max", "mean", "std", "norm")
 
 
 class Panel:
@@ -55,7 +56,7 @@ def text_summary(data: dict) -> str:
             lines.append(f"{item['name']}: {item['value']}")
             continue
         s = item["summary"]
-        stats = " ".join(f"{k}={s[k]:.4g}" for k in ("min", "max", "mean", "std", "norm") if s.get(k) is not None)
+        stats = " ".join(f"{k}={s[k]:.4g}" for k in STATS if s.get(k) is not None)
         bad = f" NaN={s.get('nan', 0)} Inf={s.get('inf', 0)}" if s.get("nan") or s.get("inf") else ""
         lines.append(f"{item['name']} ({item['kind']}): {tuple(s['shape'])} {s['dtype']} {s['device']} "
                      f"{stats}{bad}" + (f"  [{item['note']}]" if item.get("note") else ""))
@@ -82,8 +83,7 @@ def static_html(data: dict) -> str:
             parts.append(f"<pre>{esc(item['value'])}</pre></div>")
             continue
         s = item["summary"]
-        cells = "".join(f"<td>{esc(k)} {esc(format(s[k], '.4g'))}</td>" for k in ("min", "max", "mean", "std", "norm")
-                        if s.get(k) is not None)
+        cells = "".join(f"<td>{esc(k)} {esc(format(s[k], '.4g'))}</td>" for k in STATS if s.get(k) is not None)
         for key in ("nan", "inf"):
             count = s.get(key, 0)
             style = ' style="color:#b00020;font-weight:bold"' if count else ""
