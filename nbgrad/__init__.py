@@ -2,7 +2,7 @@
 from .api import backward, save, show, trace
 from .errors import GradError, InputError, ModulePathError, NbgradError, OrderError
 from .models import load_model, tokenizer_for
-from .runtime import Result
+from .result import Result
 
 __version__ = "0.1.0"
 

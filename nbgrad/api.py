@@ -8,7 +8,8 @@ from . import models
 from .compiler import compile_cell
 from .inputs import call_arguments, input_ids_of
 from .naming import tensor_names
-from .runtime import Result, Runtime, active_runtime
+from .result import Result
+from .runtime import Runtime, active_runtime
 
 _MISSING = object()
 

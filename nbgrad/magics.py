@@ -9,7 +9,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from . import api
 from .errors import InputError, NbgradError, for_the_cell
-from .runtime import UNSAVED_KEY
+from .cellstate import UNSAVED_KEY
 
 
 def split_expression(rest: str, magic, head: str) -> tuple:

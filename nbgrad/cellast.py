@@ -1,0 +1,112 @@
+"""Pure questions about a cell's syntax tree, and the few nodes the rewrite builds. No state."""
+from __future__ import annotations
+
+import ast
+
+MODULE_EVENTS = ("output", "input", "inputs")
+EVENT_ATTRS = MODULE_EVENTS + ("grad",)
+
+
+def is_event_attr(node: ast.AST) -> bool:
+    """`X.output`, `X.input`, `X.inputs` or `X.grad`."""
+    return isinstance(node, ast.Attribute) and node.attr in EVENT_ATTRS
+
+
+def event_root(expr: ast.AST):
+    """The outermost event attribute (`.output`, `.grad`, ...) a chain like `M.output[0][:, 1]` hangs from."""
+    while isinstance(expr, (ast.Attribute, ast.Subscript)):
+        if is_event_attr(expr):
+            return expr
+        expr = expr.value
+    return None
+
+
+def root_name(expr: ast.AST):
+    """`outs[0].x` -> the Name `outs`; None when the chain does not start at a name."""
+    while isinstance(expr, (ast.Attribute, ast.Subscript)):
+        expr = expr.value
+    return expr if isinstance(expr, ast.Name) else None
+
+
+def touches_events(node: ast.AST) -> bool:
+    return any(is_event_attr(n) or is_backward_call(n) for n in ast.walk(node))
+
+
+def is_backward_call(expr: ast.AST) -> bool:
+    return (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute)
+            and expr.func.attr == "backward")
+
+
+def is_backward_block(stmt: ast.AST) -> bool:
+    return (isinstance(stmt, ast.With) and len(stmt.items) == 1
+            and stmt.items[0].optional_vars is None and is_backward_call(stmt.items[0].context_expr))
+
+
+def is_save_call(node: ast.AST) -> bool:
+    """`x.save()` with no arguments (a `save(...)` with arguments is someone else's method)."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "save"
+            and not node.args and not node.keywords)
+
+
+def walk_cell_level(node: ast.AST):
+    """ast.walk, but not into the bodies of functions and classes the cell defines: those run as plain
+    Python when called, not as part of the cell's hook graph."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        if current is not node and isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
+                                                          ast.ClassDef)):
+            continue
+        stack.extend(ast.iter_child_nodes(current))
+
+
+def position(node: ast.AST) -> tuple:
+    return (node.lineno, node.col_offset)
+
+
+def is_path(expr: ast.expr, names: frozenset | None = None) -> bool:
+    """A name followed by attributes and subscripts, safe to evaluate early. With `names`, the root and
+    any name used as an index must be among them (names the cell does not bind); without, any root name
+    and constant indices only."""
+    if isinstance(expr, ast.Name):
+        return names is None or expr.id in names
+    if isinstance(expr, ast.Attribute):
+        return expr.attr not in EVENT_ATTRS and is_path(expr.value, names)
+    if isinstance(expr, ast.Subscript):
+        index = expr.slice
+        if isinstance(index, ast.UnaryOp) and isinstance(index.op, ast.USub):
+            index = index.operand
+        by_name = names is not None and isinstance(index, ast.Name) and index.id in names
+        return (isinstance(index, ast.Constant) or by_name) and is_path(expr.value, names)
+    return False
+
+
+# --- nodes the rewrite builds -----------------------------------------------------------------
+
+def const(value) -> ast.Constant:
+    return ast.Constant(value=value)
+
+
+def name(identifier: str, store: bool = False) -> ast.Name:
+    return ast.Name(id=identifier, ctx=ast.Store() if store else ast.Load())
+
+
+def no_arguments() -> ast.arguments:
+    return ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[],
+                         kwarg=None, defaults=[])
+
+
+def thunk(expr: ast.expr) -> ast.Lambda:
+    """`lambda: expr`: evaluated by the runtime when it handles the request, not before."""
+    return ast.Lambda(args=no_arguments(), body=expr)
+
+
+def never_runs_yield() -> ast.If:
+    """`if False: yield` makes any function body a generator without changing what it does."""
+    return ast.If(test=const(False), body=[ast.Expr(value=ast.Yield(value=None))], orelse=[])
+
+
+def generator_function(function_name: str, body: list) -> ast.FunctionDef:
+    return ast.FunctionDef(name=function_name, args=no_arguments(), body=body + [never_runs_yield()],
+                           decorator_list=[], returns=None, type_params=[])

@@ -1,0 +1,132 @@
+"""Data flow between a cell's statements: the names each binds and reads, the events it edits in
+place, and the order that follows from them."""
+from __future__ import annotations
+
+import ast
+
+from .cellast import EVENT_ATTRS, event_root, is_event_attr, root_name
+
+
+class _BoundNames(ast.NodeVisitor):
+    """Names a statement binds at its own level (not inside functions, classes, comprehensions), and
+    names whose value it changes in place (`outs.append(x)`, `d[k] = v`)."""
+
+    def __init__(self):
+        self.names: set = set()
+        self.mutated: set = set()
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, (ast.Store, ast.Del)):
+            self.names.add(node.id)
+
+    def visit_FunctionDef(self, node):
+        self.names.add(node.name)
+        for decorator in node.decorator_list:
+            self.visit(decorator)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_ClassDef(self, node):
+        self.names.add(node.name)
+
+    def visit_Lambda(self, node):
+        pass
+
+    def _comprehension(self, node):
+        for walrus in (n for n in ast.walk(node) if isinstance(n, ast.NamedExpr)):
+            self.names.add(walrus.target.id)
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension
+
+    def visit_Import(self, node):
+        for alias in node.names:
+            self.names.add((alias.asname or alias.name).split(".")[0])
+
+    visit_ImportFrom = visit_Import
+
+    def visit_ExceptHandler(self, node):
+        if node.name:
+            self.names.add(node.name)
+        self.generic_visit(node)
+
+    def visit_Expr(self, node):
+        # `outs.append(x)` changes `outs`: order it like a binding.
+        call = node.value
+        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                and event_root(call.func.value) is None):
+            root = root_name(call.func.value)
+            if root is not None:
+                self.mutated.add(root.id)
+        self.generic_visit(node)
+
+    def _store_target(self, target):
+        if event_root(target) is not None or is_event_attr(target):
+            return          # an edit of an event value, not of the name it hangs from
+        root = root_name(target)
+        if root is not target and root is not None:
+            self.mutated.add(root.id)
+
+    def visit_Assign(self, node):
+        for target in node.targets:
+            self._store_target(target)
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node):
+        self._store_target(node.target)
+        self.generic_visit(node)
+
+
+def bound_names(stmt: ast.stmt) -> tuple:
+    """(names the statement binds, names whose value it changes in place)."""
+    finder = _BoundNames()
+    finder.visit(stmt)
+    return finder.names, finder.mutated
+
+
+def read_names(stmt: ast.AST) -> set:
+    return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def stored_names(stmt: ast.AST) -> set:
+    """Every name stored anywhere inside, comprehension variables and function arguments' uses included."""
+    return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+
+
+def _edited_place(node: ast.AST) -> list:
+    """The expressions a node edits in place: subscript stores, augmented stores, `x.op_()` calls."""
+    if isinstance(node, ast.Assign):
+        return [t for t in node.targets if isinstance(t, ast.Subscript)]
+    if isinstance(node, ast.AugAssign):
+        return [node.target]
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr.endswith("_") and not node.func.attr.startswith("_")
+            and node.func.attr != "requires_grad_"):
+        return [node.func.value]
+    return []
+
+
+def written_events(stmt: ast.stmt) -> set:
+    """ids of event attributes that a statement edits in place (subscript stores, `x_()` calls)."""
+    written = set()
+    for node in ast.walk(stmt):
+        for target in _edited_place(node):
+            edited = target.value if isinstance(target, ast.Attribute) and target.attr in EVENT_ATTRS else target
+            root = event_root(edited)
+            if root is not None:
+                written.add(id(root))
+    return written
+
+
+def add_dependencies(specs: list) -> None:
+    """Order nodes by their names: a node waits for every earlier node that binds what it reads,
+    reads what it binds, or binds what it binds. A backward pass is a side effect: passes keep their
+    order, and a later statement that reads no gradient runs after the passes written before it."""
+    for later in specs:
+        reads_grads = any(event.kind == "grad" for event in later.events)
+        deps = []
+        for earlier in specs[:later.index]:
+            if (earlier.binds & later.reads) or (earlier.reads & later.binds) or (earlier.binds & later.binds):
+                deps.append(earlier.index)
+            elif earlier.starts_passes and (later.starts_passes or not reads_grads) and later.block is None:
+                deps.append(earlier.index)
+        later.deps = tuple(deps)

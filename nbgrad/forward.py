@@ -1,0 +1,127 @@
+"""Forward events: what a module was called with and what it returned, read and replaced from hooks."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from . import diagnose
+from .errors import OrderError
+
+
+class ForwardEvents:
+    """Answers Read and Write requests. An event key is `(id(module), kind)`."""
+
+    def __init__(self, runtime):
+        self.runtime = runtime
+        self.uses = runtime.program.uses
+        self.values: dict = {}           # event key -> value of the latest firing
+        self.live: set = set()           # event keys whose hook is running now
+        self.late_hooks: set = set()     # hooks first asked for while the model was already running
+        self.model_running = False
+        self.done = False                # the model's forward call has returned
+
+    # --- requests -------------------------------------------------------------------------------
+
+    def read(self, task, request):
+        module = self.resolve(request.module, request.use)
+        use = self.uses[request.use]
+        if not isinstance(module, nn.Module):
+            return True, getattr(module, use.kind)
+        key = (id(module), use.kind)
+        if key in self.values:
+            if use.write and key not in self.live:
+                raise self.runtime.scheduler.too_late(task, use)
+            return True, self.values[key]
+        return self._wait_for(module, key, task, request, use)
+
+    def write(self, task, request):
+        module = self.resolve(request.module, request.use)
+        use = self.uses[request.use]
+        if not isinstance(module, nn.Module):
+            setattr(module, use.kind, request.value)
+            return True, None
+        key = (id(module), use.kind)
+        if key in self.live:
+            self.values[key] = request.value
+            return True, None
+        if key in self.values:
+            raise self.runtime.scheduler.too_late(task, use)
+        return self._wait_for(module, key, task, request, use)
+
+    def _wait_for(self, module, key, task, request, use):
+        if self.done:
+            raise OrderError(diagnose.never_ran(use, module, self.runtime.model, after_forward=True), use.line)
+        if self.hook(module, use.kind) and self.model_running:
+            self.late_hooks.add(key)
+        return self.runtime.scheduler.park(key, task, request)
+
+    def resolve(self, thunk, use_id):
+        """The module a request names, or an error that says which step of its path is not in the model."""
+        try:
+            return thunk()
+        except (AttributeError, IndexError, KeyError, TypeError) as error:
+            raise diagnose.module_path_error(self.uses[use_id], self.runtime.ns, error) from error
+
+    def never_came(self, request) -> OrderError:
+        """The error for a statement still waiting on this event when the cell ends."""
+        use = self.uses[request.use]
+        module = self.resolve(request.module, request.use)
+        late = (id(module), use.kind) in self.late_hooks
+        return OrderError(diagnose.never_ran(use, module, self.runtime.model, after_forward=False, late=late),
+                          use.line)
+
+    # --- hooks ----------------------------------------------------------------------------------
+
+    def hook_targets(self, targets: list, namespace: dict) -> None:
+        """Hook, before the model runs, every event whose module can be found already."""
+        for target in targets:
+            try:
+                found = eval(target.code, namespace)
+            except Exception:
+                continue      # the statement itself will report it, on its own line
+            if not isinstance(found, nn.Module):
+                continue
+            for module in (found.children() if target.every_element else (found,)):
+                self.hook(module, target.kind)
+
+    def hook(self, module: nn.Module, kind: str) -> bool:
+        """Hook one event of a module; True when the hook is new."""
+        if kind == "output":
+            key = (id(module), "output")
+
+            def on_output(mod, args, output):
+                return self._on_event(key, output)
+            return self.runtime.hooks.add(key, lambda: module.register_forward_hook(on_output))
+        module_id = id(module)
+
+        def on_input(mod, args, kwargs):
+            return self._on_input(module_id, args, kwargs)
+        return self.runtime.hooks.add((module_id, "input"),
+                                      lambda: module.register_forward_pre_hook(on_input, with_kwargs=True))
+
+    def _on_event(self, key, value):
+        self.values[key] = value
+        self.live.add(key)
+        try:
+            self.runtime.scheduler.deliver(key)
+        finally:
+            self.live.discard(key)
+        new = self.values[key]
+        if isinstance(new, torch.Tensor):
+            self.runtime.shapes[key] = tuple(new.shape)
+        return new if new is not value else None
+
+    def _on_input(self, module_id, args, kwargs):
+        new_pair = self._on_event((module_id, "inputs"), (args, kwargs))
+        if new_pair is not None:
+            args, kwargs = new_pair
+        first = args[0] if args else next(iter(kwargs.values()), None)
+        new_first = self._on_event((module_id, "input"), first)
+        if new_first is not None:
+            if args:
+                args = (new_first,) + tuple(args[1:])
+            else:
+                kwargs = {**kwargs, next(iter(kwargs)): new_first}
+        if new_pair is None and new_first is None:
+            return None
+        return tuple(args), kwargs

@@ -1,0 +1,169 @@
+"""Gradient events: backward passes the cell starts, and the gradients that flow into its tensors."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from . import diagnose
+from .errors import GradError
+
+
+class GradientEvents:
+    """Answers GradRead, GradWrite and Backward requests. A gradient key is `(id(tensor), pass index)`."""
+
+    def __init__(self, runtime):
+        self.runtime = runtime
+        self.uses = runtime.program.uses
+        self.passes = runtime.program.graph.passes
+        self.pass_state = ["pending"] * len(self.passes)
+        self.running: list = []          # indices of the passes running now, innermost last
+        self.grads: dict = {}            # gradient key -> gradient
+        self.live: set = set()           # gradient keys whose hook is running now
+        self.replaced: set = set()       # gradient keys the cell replaced or edits
+        self.late: set = set()           # gradient hooks first asked for while their pass was running
+        self.sources: dict = {}          # id(gradient) -> id of the tensor it flowed into
+
+    # --- requests -------------------------------------------------------------------------------
+
+    def read(self, task, request):
+        tensor, use, pass_index = request.tensor, self.uses[request.use], request.pass_index
+        if not isinstance(tensor, torch.Tensor):
+            return True, tensor.grad
+        if pass_index is None:
+            raise GradError(diagnose.no_backward_pass(use, self.runtime.program.mode), use.line)
+        key = (id(tensor), pass_index)
+        if key in self.grads:
+            return self._known(task, use, key)
+        if self.pass_state[pass_index] == "done":
+            if (tensor.is_leaf or tensor.retains_grad) and tensor.grad is not None and not use.write:
+                return True, tensor.grad
+            raise GradError(diagnose.grad_never_computed(use, tensor, self.passes[pass_index]), use.line)
+        if not tensor.requires_grad:
+            no_grad = self.runtime.no_grad or not torch.is_grad_enabled()
+            raise GradError(diagnose.grad_not_required(use, no_grad), use.line)
+        if self.hook(tensor) and self.pass_state[pass_index] == "running":
+            self.late.add(key)
+        return self.runtime.scheduler.park(("grad",) + key, task, request)
+
+    def _known(self, task, use, key):
+        """A read of a gradient that has arrived: live (editable), or already passed on."""
+        if key in self.live:
+            if use.write and key not in self.replaced:
+                self.grads[key] = self.grads[key].clone()
+                self.replaced.add(key)
+            return True, self.grads[key]
+        if use.write:
+            raise self.runtime.scheduler.too_late(task, use)
+        return True, self.grads[key]
+
+    def write(self, task, request):
+        tensor, use, pass_index = request.tensor, self.uses[request.use], request.pass_index
+        if not isinstance(tensor, torch.Tensor):
+            tensor.grad = request.value
+            return True, None
+        key = (id(tensor), pass_index) if pass_index is not None else None
+        if key in self.live:
+            self.grads[key] = request.value
+            self.replaced.add(key)
+            return True, None
+        if key is None or key in self.grads or self.pass_state[pass_index] == "done":
+            if pass_index is None or self.pass_state[pass_index] == "done":
+                tensor.grad = request.value      # outside any pass this is the plain attribute, as in PyTorch
+                return True, None
+            raise self.runtime.scheduler.too_late(task, use)
+        self.hook(tensor)
+        return self.runtime.scheduler.park(("grad",) + key, task, request)
+
+    def backward(self, task, request):
+        target, pass_index, args, kwargs = request.target, request.pass_index, request.args, request.kwargs
+        backward_pass = self.passes[pass_index]
+        loss, args = (args[0], args[1:]) if target is torch.autograd else (target, args)
+        if not isinstance(loss, torch.Tensor):
+            return True, target.backward(*args, **kwargs)
+        runtime = self.runtime
+        diagnose.check_loss(loss, backward_pass, args, kwargs, runtime.no_grad, runtime.ns, runtime.model)
+        self.pass_state[pass_index] = "running"
+        self.running.append(pass_index)
+        self._hook_pass_targets(pass_index)
+        runtime.scheduler.start_ready()
+        try:
+            (torch.autograd.backward(loss, *args, **kwargs) if target is torch.autograd
+             else loss.backward(*args, **kwargs))
+        except RuntimeError as error:
+            if "second time" in str(error):
+                raise GradError(diagnose.second_backward(backward_pass), backward_pass.line) from error
+            raise
+        finally:
+            self.running.pop()
+            self.pass_state[pass_index] = "done"
+        self._check_pass_delivered(pass_index)
+        runtime.scheduler.start_ready()
+        return True, None
+
+    def _check_pass_delivered(self, pass_index: int) -> None:
+        """After a pass: a statement still waiting for one of its gradients waits forever. Say why."""
+        parked = self.runtime.scheduler.parked
+        for key in [k for k in parked if k[0] == "grad" and k[2] == pass_index]:
+            _, request = parked[key][0]
+            use = self.uses[request.use]
+            late = (id(request.tensor), pass_index) in self.late
+            raise GradError(diagnose.grad_never_computed(use, request.tensor, self.passes[pass_index], late),
+                            use.line)
+
+    def never_came(self, request) -> GradError:
+        """The error for a statement still waiting on a gradient when the cell ends."""
+        use = self.uses[request.use]
+        return GradError(diagnose.backward_never_ran(use, self.passes[request.pass_index]), use.line)
+
+    # --- hooks ----------------------------------------------------------------------------------
+
+    def _hook_pass_targets(self, pass_index: int) -> None:
+        """Hook every `T.grad` of this pass whose T already exists, before any gradient arrives, so
+        statements may read gradients in any order."""
+        values = self.runtime.forward.values
+        for target in self.runtime.program.grad_targets:
+            if target.pass_index != pass_index:
+                continue
+            try:
+                value = eval(target.code, self.runtime.ns)
+            except Exception:
+                continue        # the statement itself will say what is wrong, on its own line
+            for candidate in (_elements(value) if target.every_element else [value]):
+                if target.kind is not None:
+                    candidate = values.get((id(candidate), target.kind))
+                if isinstance(candidate, torch.Tensor) and candidate.requires_grad:
+                    self.hook(candidate)
+
+    def hook(self, tensor: torch.Tensor) -> bool:
+        """Hook the gradient of a tensor; True when the hook is new."""
+        tensor_id = id(tensor)
+
+        def on_grad(grad):
+            return self._on_grad(tensor_id, grad)
+        return self.runtime.hooks.add(tensor_id, lambda: tensor.register_hook(on_grad))
+
+    def _on_grad(self, tensor_id, grad):
+        if not self.running:
+            return None
+        key = (tensor_id, self.running[-1])
+        self.grads[key] = grad
+        self.live.add(key)
+        try:
+            self.runtime.scheduler.deliver(("grad",) + key)
+        finally:
+            self.live.discard(key)
+        final = self.grads[key]
+        self.sources[id(grad)] = self.sources[id(final)] = tensor_id
+        shapes = self.runtime.shapes
+        for (module_id, kind), value in self.runtime.forward.values.items():
+            if kind == "output" and id(value) == tensor_id:
+                shapes[(module_id, "grad")] = tuple(final.shape)
+        return final if key in self.replaced else None
+
+
+def _elements(container) -> list:
+    if isinstance(container, (dict, nn.ModuleDict)):
+        return list(container.values())
+    if isinstance(container, (list, tuple, nn.ModuleList, nn.Sequential)):
+        return list(container)
+    return []

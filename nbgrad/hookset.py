@@ -1,0 +1,27 @@
+"""The one place that registers a hook or removes one: every handle of a run, removed together."""
+from __future__ import annotations
+
+from typing import Callable, Hashable
+
+
+class HookSet:
+    """Handles by key (a forward event, or a tensor), at most one per key."""
+
+    def __init__(self):
+        self._handles: dict = {}
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._handles
+
+    def add(self, key: Hashable, register: Callable) -> bool:
+        """Call `register()` (which returns a RemovableHandle) unless `key` is hooked; True when new."""
+        if key in self._handles:
+            return False
+        self._handles[key] = register()
+        return True
+
+    def remove_all(self) -> None:
+        """Remove every handle; safe to call twice, and after an interrupt in the middle of it."""
+        while self._handles:
+            _, handle = self._handles.popitem()
+            handle.remove()

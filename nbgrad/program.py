@@ -1,0 +1,88 @@
+"""What the compiler hands the runtime: a Program, and the requests its compiled statements yield.
+
+A compiled statement is a generator. Where the cell touches an event it yields one request and the
+runtime answers it (with the value read, or None) when the event exists:
+
+    M.output            -> (yield __nbgrad__.Read(lambda: M, use))
+    M.output = v        -> (yield __nbgrad__.Write(lambda: M, use, v))
+    T.grad              -> (yield __nbgrad__.GradRead(T, use, pass_index))
+    T.grad = g          -> (yield __nbgrad__.GradWrite(T, use, pass_index, g))
+    L.backward(...)     -> (yield __nbgrad__.Backward(L, pass_index, [args], {kwargs}, block))
+    x.save()            -> __nbgrad__.save(x, line, label)
+
+`use` is an index into `Program.uses` (the EventUse: kind, target text, cell line, write or read).
+"""
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable, NamedTuple
+
+from .graph import HookGraph, Node
+
+RUNTIME_NAME = "__nbgrad__"       # the name under which compiled code finds the running Runtime
+TEMP_PREFIX = "__nbgrad_"         # names the compiler invents; never left in the namespace
+
+
+class Read(NamedTuple):
+    module: Callable              # thunk: evaluated when the request is handled
+    use: int
+
+
+class Write(NamedTuple):
+    module: Callable
+    use: int
+    value: Any
+
+
+class GradRead(NamedTuple):
+    tensor: Any
+    use: int
+    pass_index: int | None
+
+
+class GradWrite(NamedTuple):
+    tensor: Any
+    use: int
+    pass_index: int | None
+    value: Any
+
+
+class Backward(NamedTuple):
+    target: Any                   # the loss, or torch.autograd for torch.autograd.backward(...)
+    pass_index: int
+    args: list
+    kwargs: dict
+    block: bool                   # written as `with LOSS.backward():`
+
+
+REQUEST_TYPES = (Read, Write, GradRead, GradWrite, Backward)
+
+
+@dataclass
+class CompiledNode:
+    spec: Node
+    code: types.CodeType          # a generator function's code; globals are the cell's namespace
+
+
+@dataclass(frozen=True)
+class Target:
+    """An expression the runtime may evaluate before the statement runs, to hook its event early."""
+    kind: str | None              # output | input | inputs (or None: the tensor itself, for .grad)
+    text: str
+    code: types.CodeType
+    every_element: bool = False   # hook every element of the container the expression names
+    pass_index: int | None = None  # for gradient targets: the backward pass they belong to
+
+
+@dataclass
+class Program:
+    source: str
+    mode: str                     # "trace" or "backward"
+    filename: str
+    graph: HookGraph
+    nodes: list                   # CompiledNode, in source order
+    uses: list                    # EventUse by use id
+    forward_targets: list = field(default_factory=list)   # Target: module events to hook before the run
+    grad_targets: list = field(default_factory=list)      # Target: tensors to hook when their pass starts
+    bound_names: frozenset = field(default_factory=frozenset)

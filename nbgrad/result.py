@@ -1,0 +1,75 @@
+"""What a cell leaves behind (Result), and the names its saved values go by."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+_MISSING = object()
+
+
+@dataclass
+class Result:
+    """What a cell leaves behind: saved values by name, the hook graph, shapes of what was traced."""
+    saved: dict
+    graph: object
+    shapes: dict = field(default_factory=dict)       # (id(module), "output" | "grad") -> shape, for the sidebar
+    leaf_grads: dict = field(default_factory=dict)   # %%backward: leaf name -> its .grad
+    accumulated: set = field(default_factory=set)    # leaf names whose .grad held a value before
+    grad_pairs: dict = field(default_factory=dict)   # saved gradient name -> name of its tensor
+    input_ids: object = None
+
+    def __getitem__(self, name):
+        return self.saved[name]
+
+
+class SavedValues:
+    """Every value the cell saved, by id, with the label and line it was saved at."""
+
+    def __init__(self):
+        self.by_id: dict = {}            # id -> (label, value, line)
+
+    def save(self, value, line=None, label=None):
+        self.by_id[id(value)] = (label or f"line {line}", value, line or 0)
+        return value
+
+    def by_name(self, bound_names: frozenset, namespace: dict) -> dict:
+        """Saved values in the order they were saved, under the name the cell bound them to."""
+        names = bound_names_by_id(bound_names, namespace)
+        for name in sorted(bound_names):      # then elements: `hidden = [... .save() for ...]`
+            value = namespace.get(name, _MISSING)
+            if isinstance(value, (list, tuple)):
+                for index, element in enumerate(value):
+                    names.setdefault(id(element), f"{name}[{index}]")
+            elif isinstance(value, dict):
+                for key, element in value.items():
+                    names.setdefault(id(element), f"{name}[{key!r}]")
+        in_source_order = sorted(self.by_id.items(), key=lambda item: item[1][2])
+        named = {}
+        for value_id, (label, value, _) in in_source_order:
+            name = names.get(value_id, label)
+            if name in named:             # one line saved several values (a loop): number them
+                name = f"{name} #{sum(1 for k in named if k.split(' #')[0] == name) + 1}"
+            named[name] = value
+        return named
+
+
+def bound_names_by_id(bound_names: frozenset, namespace: dict) -> dict:
+    """id(value) -> the name the cell bound it to (the first name, alphabetically, when several)."""
+    names = {}
+    for name in sorted(bound_names):
+        names.setdefault(id(namespace.get(name, _MISSING)), name)
+    return names
+
+
+def grad_pairs(saved: dict, grad_sources: dict, bound_names: frozenset, namespace: dict) -> dict:
+    """Which saved values are gradients, and the name of the tensor each flowed into."""
+    if not grad_sources:
+        return {}
+    names = {id(value): name for name, value in saved.items()}
+    for value_id, name in bound_names_by_id(bound_names, namespace).items():
+        names.setdefault(value_id, name)
+    pairs = {}
+    for name, value in saved.items():
+        source = grad_sources.get(id(value))
+        if source is not None and source in names:
+            pairs[name] = names[source]
+    return pairs

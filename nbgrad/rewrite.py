@@ -1,0 +1,152 @@
+"""The rewrite of one statement: event accesses become requests the runtime answers (see program.py)."""
+from __future__ import annotations
+
+import ast
+
+from .cellast import (MODULE_EVENTS, const, generator_function, is_backward_block, is_backward_call,
+                      is_event_attr, is_save_call, name, position, thunk, touches_events)
+from .errors import NbgradError
+from .program import RUNTIME_NAME, TEMP_PREFIX
+
+
+def request(kind: str, *parts: ast.expr) -> ast.Yield:
+    """`(yield __nbgrad__.Kind(*parts))`."""
+    request_type = ast.Attribute(value=name(RUNTIME_NAME), attr=kind, ctx=ast.Load())
+    return ast.Yield(value=ast.Call(func=request_type, args=list(parts), keywords=[]))
+
+
+class Rewriter(ast.NodeTransformer):
+    """Rewrites one statement. `builder` records each event use and knows the backward passes."""
+
+    def __init__(self, builder, written: set):
+        self.builder = builder
+        self.written = written           # ids of event attributes the statement edits in place
+        self.hoisted: list = []          # nested generator functions that replace comprehensions
+
+    # --- reads ----------------------------------------------------------------------------------
+
+    def visit_Attribute(self, node):
+        if not isinstance(node.ctx, ast.Load) or not is_event_attr(node):
+            return self.generic_visit(node)
+        use = self.builder.add_use(node.attr, node.value, node.lineno, id(node) in self.written)
+        base = self.visit(node.value)
+        if node.attr == "grad":
+            return request("GradRead", base, const(use), const(self.builder.pass_for(node)))
+        return request("Read", thunk(base), const(use))
+
+    def visit_Call(self, node):
+        if is_save_call(node):
+            saver = ast.Attribute(value=name(RUNTIME_NAME), attr="save", ctx=ast.Load())
+            label = ast.get_source_segment(self.builder.source, node.func.value) or ast.unparse(node.func.value)
+            return ast.Call(func=saver, args=[self.visit(node.func.value), const(node.lineno), const(label)],
+                            keywords=[])
+        if is_backward_call(node):
+            return self.backward(node, block=False)
+        return self.generic_visit(node)
+
+    def backward(self, call: ast.Call, block: bool) -> ast.Yield:
+        if position(call) not in self.builder.pass_at:
+            raise NbgradError("a %%backward body cannot start another backward pass; "
+                              "use a %%trace cell for several passes", call.lineno)
+        pass_index = self.builder.pass_at[position(call)]
+        args = ast.List(elts=[self.visit(a) for a in call.args], ctx=ast.Load())
+        kwargs = ast.Dict(keys=[const(k.arg) if k.arg else None for k in call.keywords],
+                          values=[self.visit(k.value) for k in call.keywords])
+        return request("Backward", self.visit(call.func.value), const(pass_index), args, kwargs, const(block))
+
+    # --- writes ---------------------------------------------------------------------------------
+
+    def _event_store(self, target: ast.Attribute, value: ast.expr, line: int) -> ast.stmt:
+        use = self.builder.add_use(target.attr, target.value, line, True)
+        base = self.visit(target.value)
+        if target.attr == "grad":
+            made = request("GradWrite", base, const(use), const(self.builder.pass_for(target)), value)
+        else:
+            made = request("Write", thunk(base), const(use), value)
+        return ast.Expr(value=made)
+
+    def visit_Assign(self, node):
+        if not any(is_event_attr(t) for t in node.targets):
+            return self.generic_visit(node)
+        temp = f"{TEMP_PREFIX}value"
+        statements = [ast.Assign(targets=[name(temp, store=True)], value=self.visit(node.value))]
+        for target in node.targets:
+            if is_event_attr(target):
+                statements.append(self._event_store(target, name(temp), node.lineno))
+            else:
+                statements.append(ast.Assign(targets=[self.visit(target)], value=name(temp)))
+        return [ast.copy_location(s, node) for s in statements]
+
+    def visit_AugAssign(self, node):
+        if not is_event_attr(node.target):
+            return self.generic_visit(node)
+        temp = f"{TEMP_PREFIX}value"
+        read = ast.Attribute(value=node.target.value, attr=node.target.attr, ctx=ast.Load())
+        self.written.add(id(read))
+        statements = [
+            ast.Assign(targets=[name(temp, store=True)], value=self.visit(read)),
+            ast.AugAssign(target=name(temp, store=True), op=node.op, value=self.visit(node.value)),
+            self._event_store(node.target, name(temp), node.lineno),
+        ]
+        return [ast.copy_location(s, node) for s in statements]
+
+    # --- statements that hold other statements --------------------------------------------------
+
+    def visit_With(self, node):
+        if is_backward_block(node):
+            raise NbgradError("`with ....backward():` must stand at the top level of the cell, "
+                              "not inside another statement", node.lineno)
+        return self.generic_visit(node)
+
+    def _comprehension(self, node):
+        """`[f(h.output) for h in hs]` -> `(yield from __nbgrad_comp_K())`, a generator that builds the
+        result: `yield` cannot stand inside a comprehension."""
+        if not touches_events(node):
+            return node
+        result = f"{TEMP_PREFIX}result"
+        initial, innermost = _accumulate(node, result)
+        body = innermost
+        for generator in reversed(node.generators):
+            for condition in reversed(generator.ifs):
+                body = ast.If(test=condition, body=[body], orelse=[])
+            body = ast.For(target=generator.target, iter=generator.iter, body=[body], orelse=[])
+        function_name = f"{TEMP_PREFIX}comp_{len(self.builder.uses)}_{len(self.hoisted)}"
+        statements = [ast.Assign(targets=[name(result, store=True)], value=initial), body,
+                      ast.Return(value=name(result))]
+        function = ast.copy_location(generator_function(function_name, statements), node)
+        for child in ast.walk(function):
+            if getattr(child, "lineno", None) is None and "lineno" in child._attributes:
+                ast.copy_location(child, node)
+        self.hoisted.append(self.visit(function))
+        return ast.YieldFrom(value=ast.Call(func=name(function_name), args=[], keywords=[]))
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension
+
+    def _function(self, node):
+        """Functions the cell defines run as plain Python when called: nbgrad cannot pause inside a call,
+        so a module event there is an error; `.grad` and `.backward()` keep their PyTorch meaning."""
+        if getattr(node, "name", "").startswith(TEMP_PREFIX):
+            return self.generic_visit(node)          # a comprehension nbgrad turned into a generator
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Attribute) and inner.attr in MODULE_EVENTS:
+                raise NbgradError(f"`.{inner.attr}` inside a function defined in the cell: nbgrad runs "
+                                  f"statements when their events fire and cannot wait inside a function call. "
+                                  f"Read it at the top level of the cell (loops and comprehensions are fine) "
+                                  f"and pass the value to the function", inner.lineno)
+        return node
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
+
+
+def _accumulate(node: ast.AST, result: str) -> tuple:
+    """(the empty container, the statement that adds one element) for a comprehension."""
+    if isinstance(node, ast.DictComp):
+        store = ast.Subscript(value=name(result), slice=node.key, ctx=ast.Store())
+        return ast.Dict(keys=[], values=[]), ast.Assign(targets=[store], value=node.value)
+    if isinstance(node, ast.SetComp):
+        initial, method = ast.Call(func=name("set"), args=[], keywords=[]), "add"
+    else:
+        initial, method = ast.List(elts=[], ctx=ast.Load()), "append"
+    add = ast.Call(func=ast.Attribute(value=name(result), attr=method, ctx=ast.Load()), args=[node.elt],
+                   keywords=[])
+    return initial, ast.Expr(value=add)

@@ -1,0 +1,107 @@
+"""Which statement runs when: start every node whose dependencies are done, resume each one with the
+answer to its request, park it on the event it waits for and wake it when that event fires."""
+from __future__ import annotations
+
+import types
+
+from . import diagnose
+from .errors import OrderError
+
+
+class Task:
+    """A started node: its generator, and the use id of the event that woke it last."""
+    __slots__ = ("node", "gen", "cause")
+
+    def __init__(self, node, gen, cause):
+        self.node, self.gen, self.cause = node, gen, cause
+
+
+class Scheduler:
+    """`handlers` maps a request type to `handler(task, request) -> (answered, value)`: answered False
+    means the handler parked the task (see `park`)."""
+
+    def __init__(self, program, namespace: dict, pass_state: list):
+        self.program = program
+        self.namespace = namespace
+        self.pass_state = pass_state     # per backward pass: "pending" | "running" | "done"
+        self.handlers: dict = {}
+        self.unstarted = list(program.nodes)
+        self.done: set = set()           # indices of finished nodes
+        self.tasks: list = []            # started, not finished
+        self.parked: dict = {}           # event key -> [(task, request)]
+        self.cause = None                # use id of the event being delivered now
+
+    def _ready(self, node) -> bool:
+        spec = node.spec
+        if spec.block is not None and self.pass_state[spec.block] == "pending":
+            return False
+        return all(dep in self.done for dep in spec.deps)
+
+    def start_ready(self) -> None:
+        """Start, in source order, every node whose dependencies have finished."""
+        progressed = True
+        while progressed:
+            progressed = False
+            for node in self.unstarted:
+                if self._ready(node):
+                    self.unstarted.remove(node)
+                    task = Task(node, types.FunctionType(node.code, self.namespace)(), self.cause)
+                    self.tasks.append(task)
+                    self._advance(task, None)
+                    progressed = True
+                    break
+
+    def _advance(self, task: Task, value) -> None:
+        send = task.gen.send
+        handlers = self.handlers
+        while True:
+            try:
+                request = send(value)
+            except StopIteration:
+                request = None      # finish outside the handler, so later errors chain to nothing
+            if request is None:
+                self.done.add(task.node.spec.index)
+                self.tasks.remove(task)
+                self.start_ready()
+                return
+            answered, value = handlers[type(request)](task, request)
+            if not answered:
+                return
+
+    def park(self, key, task: Task, request) -> tuple:
+        """Keep the task until `deliver(key)`; what a handler returns when the event is not there yet."""
+        self.parked.setdefault(key, []).append((task, request))
+        return False, None
+
+    def deliver(self, key) -> None:
+        """The event `key` exists now: answer every task parked on it, in source order."""
+        waiting = self.parked.pop(key, None)
+        if not waiting:
+            return
+        outer, self.cause = self.cause, waiting[0][1].use
+        try:
+            if len(waiting) > 1:
+                waiting.sort(key=lambda pair: pair[0].node.spec.index)
+            for task, request in waiting:
+                task.cause = self.cause
+                answered, value = self.handlers[type(request)](task, request)
+                if answered:
+                    self._advance(task, value)
+        finally:
+            self.cause = outer
+
+    def too_late(self, task: Task, use) -> OrderError:
+        cause = self.program.uses[task.cause] if task.cause is not None else None
+        return OrderError(diagnose.too_late(use, cause), use.line)
+
+    def first_wait(self):
+        """(task, request) of the earliest statement still parked, or None when nothing waits."""
+        waits = [(task, request) for entries in self.parked.values() for task, request in entries]
+        return min(waits, key=lambda pair: pair[0].node.spec.index) if waits else None
+
+    def close(self) -> None:
+        """Close every started generator and forget everything (runs in clean-up)."""
+        while self.tasks:
+            self.tasks.pop().gen.close()
+        self.parked.clear()
+        self.unstarted.clear()
