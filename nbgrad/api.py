@@ -60,7 +60,9 @@ def save(value):
 def show(value, name: str = "", model=None, tokenizer=None):
     """The inline panel for a tensor, or a dict / list of tensors (what `%show` displays)."""
     from .views import show as build
-    return build(value, name=name, model=model, tokenizer=tokenizer)
+    if tokenizer is None and model is not None:
+        tokenizer = models.tokenizer_for(model)
+    return build(value, name=name, tokenizer=tokenizer)
 
 
 def _namespace(namespace, model):

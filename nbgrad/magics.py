@@ -117,11 +117,10 @@ class NbgradMagics(Magics):
     def show(self, line):
         """%show EXPR: the inline panel for a tensor, or a dict / list of tensors."""
         from IPython.display import display
-        from .views import show
         expression = line.strip()
         if not expression:
             raise UsageError("usage: %show EXPR (a tensor, or a dict / list of tensors)")
-        display(show(self._evaluate(expression, "EXPR"), name=expression))
+        display(api.show(self._evaluate(expression, "EXPR"), name=expression))
 
     @line_magic
     def gradflow(self, line):
@@ -136,12 +135,13 @@ class NbgradMagics(Magics):
         """%gradgraph EXPR: the autograd graph behind a tensor, leaves named from the namespace."""
         import torch
         from IPython.display import display
+        from .naming import tensor_names
         from .views.gradgraph import GradGraph
         expression = line.strip()
         value = self._evaluate(expression, "EXPR")
         if not isinstance(value, torch.Tensor):
             raise NbgradError(f"%gradgraph needs a tensor; `{expression}` is a {type(value).__name__}")
-        display(GradGraph(value, self.shell.user_ns, expression))
+        display(GradGraph(value, tensor_names(self.shell.user_ns), expression))
 
     @line_magic
     def nbgrad(self, line):
@@ -173,8 +173,9 @@ class NbgradMagics(Magics):
         if quiet or not result.saved and not result.leaf_grads:
             return
         from IPython.display import display
+        from .models import tokenizer_for
         from .views import panel_for_result
-        display(panel_for_result(result, model, title))
+        display(panel_for_result(result, tokenizer_for(model) if model is not None else None, title))
 
 
 def _input_help() -> str:

@@ -33,7 +33,7 @@ with logits.sum().backward():
     g = hs.grad.save()
 """)
     default_model.zero_grad(set_to_none=True)
-    panel = panel_for_result(result, default_model, "title")
+    panel = panel_for_result(result, nbgrad.tokenizer_for(default_model), "title")
     items = {item["name"]: item for item in panel.items}
     assert list(items) == ["hs", "logits", "g"]
     assert items["g"]["kind"] == "gradient" and items["g"]["partner"] == "hs"
@@ -131,6 +131,7 @@ def test_backward_panel_shows_leaf_grads_and_accumulation(shell):
 
 def test_gradflow_and_gradgraph_pictures(shell, default_model):
     from nbgrad.views.gradflow import GradFlow
+    from nbgrad.naming import tensor_names
     from nbgrad.views.gradgraph import GradGraph
     nbgrad.trace(default_model, "Hello", "model.output.logits.sum().backward()")
     flow = GradFlow(default_model, "model")
@@ -142,7 +143,7 @@ def test_gradflow_and_gradgraph_pictures(shell, default_model):
     default_model.zero_grad(set_to_none=True)
     x = torch.tensor([1.0, 2.0], requires_grad=True)
     w = torch.tensor([3.0, 4.0], requires_grad=True)
-    graph = GradGraph((x * w).sum(), {"x": x, "w": w}, "z")
+    graph = GradGraph((x * w).sum(), tensor_names({"x": x, "w": w}), "z")
     labels = [label for label, _ in graph.nodes.values()]
     assert "SumBackward0" in labels and "MulBackward0" in labels
     assert any(label.startswith("x\n") for label in labels) and any(label.startswith("w\n") for label in labels)

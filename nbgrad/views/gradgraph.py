@@ -6,7 +6,6 @@ import io
 
 import torch
 
-from ..naming import tensor_names
 
 MAX_NODES = 60
 
@@ -75,8 +74,10 @@ def figure_png(nodes: dict, edges: list, title: str) -> bytes:
 
 
 class GradGraph:
-    def __init__(self, tensor: torch.Tensor, namespace: dict, title: str):
-        self.nodes, self.edges, self.hidden = walk(tensor, tensor_names(namespace))
+    """The autograd graph behind `tensor`; `names` maps id(leaf tensor) -> the name to show."""
+
+    def __init__(self, tensor: torch.Tensor, names: dict, title: str):
+        self.nodes, self.edges, self.hidden = walk(tensor, names)
         self.title = title
 
     def text(self) -> str:

@@ -80,37 +80,44 @@ def static_html(data: dict) -> str:
         if item.get("note"):
             parts.append(f"<div><i>{esc(item['note'])}</i></div>")
         if item["kind"] == "value":
-            parts.append(f"<pre>{esc(item['value'])}</pre></div>")
-            continue
-        s = item["summary"]
-        cells = "".join(f"<td>{esc(k)} {esc(format(s[k], '.4g'))}</td>" for k in STATS if s.get(k) is not None)
-        for key in ("nan", "inf"):
-            count = s.get(key, 0)
-            style = ' style="color:#b00020;font-weight:bold"' if count else ""
-            cells += f"<td{style}>{key.upper()} {count}</td>"
-        grad = f"grad_fn={s['grad_fn']}" if s.get("grad_fn") else f"requires_grad={s['requires_grad']}"
-        parts.append(f"<div><code>{esc(str(tuple(s['shape'])))} {esc(s['dtype'])} {esc(s['device'])} {esc(grad)}"
-                     f"</code></div><table><tr>{cells}</tr></table>")
-        hm = item.get("heatmap")
-        if hm:
-            first = hm["slices"][0]
-            levels = np.frombuffer(base64.b64decode(first["data"]), dtype=np.uint8).reshape(len(hm["rows"]), len(hm["cols"]))
-            scale = max(1, min(8, 480 // max(len(hm["cols"]), 1)))
-            parts.append(_img(heatmap_png(levels, hm["signed"], scale), f"heatmap of {item['name']}"))
-            parts.append(f"<div><small>colour range {first['lo']:.4g} … {first['hi']:.4g}"
-                         f"{' (diverging, 0 = white)' if hm['signed'] else ''}</small></div>")
-        if item.get("histogram"):
-            parts.append(_img(histogram_png(item["histogram"]["counts"]), f"histogram of {item['name']}"))
-        if item.get("topk"):
-            topk = item["topk"]
-            rows = "".join(
-                f"<tr><td>{esc(pos)}</td>" + "".join(f"<td>{esc(json.dumps(tok))} {p * 100:.1f}%</td>"
-                                                   for tok, p in zip(topk["tokens"][i], topk["probs"][i])) + "</tr>"
-                for i, pos in enumerate(topk["positions"]))
-            parts.append(f"<table>{rows}</table>")
+            parts.append(f"<pre>{esc(item['value'])}</pre>")
+        else:
+            parts.extend(_tensor_html(item))
         parts.append("</div>")
     parts.append("</div>")
     return "".join(parts)
+
+
+def _tensor_html(item: dict) -> list:
+    """Summary line, stats, heatmap, histogram and top tokens of one tensor item, as HTML parts."""
+    esc = html.escape
+    s = item["summary"]
+    cells = "".join(f"<td>{esc(k)} {esc(format(s[k], '.4g'))}</td>" for k in STATS if s.get(k) is not None)
+    for key in ("nan", "inf"):
+        count = s.get(key, 0)
+        style = ' style="color:#b00020;font-weight:bold"' if count else ""
+        cells += f"<td{style}>{key.upper()} {count}</td>"
+    grad = f"grad_fn={s['grad_fn']}" if s.get("grad_fn") else f"requires_grad={s['requires_grad']}"
+    parts = [f"<div><code>{esc(str(tuple(s['shape'])))} {esc(s['dtype'])} {esc(s['device'])} {esc(grad)}"
+             f"</code></div><table><tr>{cells}</tr></table>"]
+    hm = item.get("heatmap")
+    if hm:
+        first = hm["slices"][0]
+        levels = np.frombuffer(base64.b64decode(first["data"]), dtype=np.uint8).reshape(len(hm["rows"]), len(hm["cols"]))
+        scale = max(1, min(8, 480 // max(len(hm["cols"]), 1)))
+        parts.append(_img(heatmap_png(levels, hm["signed"], scale), f"heatmap of {item['name']}"))
+        parts.append(f"<div><small>colour range {first['lo']:.4g} … {first['hi']:.4g}"
+                     f"{' (diverging, 0 = white)' if hm['signed'] else ''}</small></div>")
+    if item.get("histogram"):
+        parts.append(_img(histogram_png(item["histogram"]["counts"]), f"histogram of {item['name']}"))
+    if item.get("topk"):
+        topk = item["topk"]
+        rows = "".join(
+            f"<tr><td>{esc(pos)}</td>" + "".join(f"<td>{esc(json.dumps(tok))} {p * 100:.1f}%</td>"
+                                               for tok, p in zip(topk["tokens"][i], topk["probs"][i])) + "</tr>"
+            for i, pos in enumerate(topk["positions"]))
+        parts.append(f"<table>{rows}</table>")
+    return parts
 
 
 def _tokens(result, tokenizer) -> list | None:
@@ -138,9 +145,8 @@ def items_for(name: str, value, *, tokens=None, tokenizer=None, kind="activation
     return items or [build.value_item(name, value)]
 
 
-def panel_for_result(result, model=None, title: str = "") -> Panel:
-    from ..models import tokenizer_for
-    tokenizer = tokenizer_for(model) if model is not None else None
+def panel_for_result(result, tokenizer=None, title: str = "") -> Panel:
+    """The panel of a cell's Result; `tokenizer` decodes token ids and logits' top tokens."""
     tokens = _tokens(result, tokenizer)
     items = []
     for name, value in result.saved.items():
@@ -160,11 +166,8 @@ def panel_for_result(result, model=None, title: str = "") -> Panel:
     return Panel(items, title=title, notes=notes)
 
 
-def show(value, name: str = "", model=None, tokenizer=None) -> Panel:
+def show(value, name: str = "", tokenizer=None) -> Panel:
     """The panel for any tensor, or a dict / list of tensors."""
-    from ..models import tokenizer_for
-    if tokenizer is None and model is not None:
-        tokenizer = tokenizer_for(model)
     prefix = (name or "value") if isinstance(value, torch.Tensor) else ""
     items = items_for(prefix, value, tokenizer=tokenizer)
     return Panel(items[:MAX_ITEMS], title=name)
