@@ -1,6 +1,8 @@
 """`nbgrad.trace` and `nbgrad.backward`: the engine behind the magics, for scripts and tests."""
 from __future__ import annotations
 
+import sys
+
 import torch
 from torch import nn
 
@@ -21,6 +23,12 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
     if graph:
         return Result(saved={}, graph=program.graph)
     namespace = _namespace(namespace, model)
+    inner = models.compiled_inner(model)
+    if inner is not None:
+        print("nbgrad: tracing the module inside torch.compile (eagerly, with hooks); the compiled "
+              "version is left as it was", file=sys.stderr)
+        tokenizer = tokenizer or models.tokenizer_for(model)
+        model = inner
     models.remember(model)
     args, kwargs = call_arguments(input, model, tokenizer or models.tokenizer_for(model))
     runtime = Runtime(program, namespace, model=model, no_grad=no_grad)

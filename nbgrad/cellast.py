@@ -48,6 +48,13 @@ def is_save_call(node: ast.AST) -> bool:
             and not node.args and not node.keywords)
 
 
+def can_pause_in(stmt: ast.AST) -> bool:
+    """A plain `def` (no decorators) whose body uses module events: the cell's direct calls of it pause
+    at those events like the cell's own statements."""
+    return (isinstance(stmt, ast.FunctionDef) and not stmt.decorator_list
+            and any(isinstance(n, ast.Attribute) and n.attr in MODULE_EVENTS for n in ast.walk(stmt)))
+
+
 def walk_cell_level(node: ast.AST):
     """ast.walk, but not into the bodies of functions and classes the cell defines: those run as plain
     Python when called, not as part of the cell's hook graph."""
@@ -110,3 +117,29 @@ def never_runs_yield() -> ast.If:
 def generator_function(function_name: str, body: list) -> ast.FunctionDef:
     return ast.FunctionDef(name=function_name, args=no_arguments(), body=body + [never_runs_yield()],
                            decorator_list=[], returns=None, type_params=[])
+
+
+def loop_sources(stmt: ast.AST) -> dict:
+    """Loop and comprehension variables -> the container each takes its elements from:
+    `for h in refs` and `[... for h in refs]` give h -> refs; `enumerate(refs)` and `zip(a, b)` unpack."""
+    sources = {}
+    for node in walk_cell_level(stmt):
+        if isinstance(node, (ast.For, ast.comprehension)):
+            sources.update(_unpacked(node.target, node.iter))
+    return sources
+
+
+def _unpacked(target: ast.expr, iterable: ast.expr) -> dict:
+    if isinstance(target, ast.Name):
+        return {target.id: iterable}
+    if not (isinstance(target, ast.Tuple) and isinstance(iterable, ast.Call)
+            and isinstance(iterable.func, ast.Name) and not iterable.keywords):
+        return {}
+    if iterable.func.id == "enumerate" and len(target.elts) == 2 and len(iterable.args) >= 1:
+        return _unpacked(target.elts[1], iterable.args[0])
+    if iterable.func.id == "zip" and len(target.elts) == len(iterable.args):
+        found = {}
+        for element, source in zip(target.elts, iterable.args):
+            found.update(_unpacked(element, source))
+        return found
+    return {}

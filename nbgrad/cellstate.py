@@ -8,19 +8,29 @@ from torch import nn
 from .models import parameters_of
 from .program import RUNTIME_NAME
 
-UNSAVED_KEY = "__nbgrad_unsaved__"      # names a trace bound to values it did not save (for the NameError hint)
 _MISSING = object()
+# Per namespace (by id): names a trace bound to values it did not save, for the NameError hint. Kept
+# here, not in the namespace, so that a cell leaves nothing of nbgrad's behind.
+_unsaved: dict = {}
+
+
+def unsaved_names(namespace: dict) -> set:
+    """Names the last traces in this namespace bound to traced values that they did not save."""
+    return _unsaved.get(id(namespace), set())
 
 
 class CellState:
-    """A snapshot taken before the cell runs, given back by `restore_*` after it."""
+    """A snapshot taken before the cell runs (reading only), given back by `restore_*` after it. Every
+    restore is idempotent: clean-up may run it again after an interrupt cut it short."""
 
-    def __init__(self, program, namespace: dict, model: nn.Module | None):
+    def __init__(self, program, namespace: dict, model: nn.Module | None, active: list):
         self.namespace = namespace
         self.grad_mode = torch.is_grad_enabled()
         self.flags = [(param, param.requires_grad) for param in parameters_of(model)] if model is not None else []
         self.before = {name: namespace.get(name, _MISSING) for name in program.bound_names}
-        self.outer_runtime = namespace.get(RUNTIME_NAME, _MISSING)
+        outer = namespace.get(RUNTIME_NAME, _MISSING)
+        # A runtime slot left by a run that is no longer active (a process killed mid-cell) is not restored.
+        self.outer_runtime = outer if any(outer is runtime for runtime in active) else _MISSING
 
     def install(self, runtime) -> None:
         self.namespace[RUNTIME_NAME] = runtime
@@ -35,19 +45,19 @@ class CellState:
     def restore_namespace(self, saved_ids) -> None:
         """Unbind the traced values the body bound but did not save (remembering their names), and give
         the runtime slot back to whoever held it."""
-        unsaved = self.namespace.setdefault(UNSAVED_KEY, set())
-        for name, before in self.before.items():
+        unsaved = _unsaved.setdefault(id(self.namespace), set())
+        for name in list(self.before):
             value = self.namespace.get(name, _MISSING)
-            if value is _MISSING or value is before or not _holds_unsaved(value, saved_ids):
+            if value is _MISSING or value is self.before[name] or not _holds_unsaved(value, saved_ids):
                 unsaved.discard(name)
             else:
-                del self.namespace[name]
                 unsaved.add(name)
+                del self.namespace[name]
+            del self.before[name]
         if self.outer_runtime is _MISSING:
             self.namespace.pop(RUNTIME_NAME, None)
         else:
             self.namespace[RUNTIME_NAME] = self.outer_runtime
-        self.before.clear()
 
 
 def _holds_unsaved(value, saved_ids, depth: int = 0) -> bool:

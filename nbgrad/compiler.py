@@ -11,8 +11,8 @@ import textwrap
 import types
 from functools import lru_cache
 
-from .cellast import (MODULE_EVENTS, generator_function, is_backward_block, is_backward_call, is_path,
-                      position, walk_cell_level)
+from .cellast import (MODULE_EVENTS, can_pause_in, generator_function, is_backward_block, is_backward_call, is_path,
+                      loop_sources, position, walk_cell_level)
 from .dataflow import add_dependencies, bound_names, read_names, stored_names, written_events
 from .errors import register_cell_source
 from .graph import BackwardPass, EventUse, HookGraph, Node
@@ -31,6 +31,7 @@ def compile_cell(source: str, mode: str = "trace") -> Program:
     filename = register_cell_source(source, _serial)
     try:
         module = ast.parse(source, filename=filename)
+        compile(module, filename, "exec")    # Python's own checks: `return` / `yield` outside a function, ...
     except SyntaxError as error:
         error.filename = filename
         raise
@@ -45,16 +46,25 @@ class _Builder:
         self.mode = mode
         self.filename = filename
         self.uses: list = []             # EventUse by use id
-        self.use_ast: list = []          # the target expression of each use
+        self.use_ast: list = []          # the target expression of each use (its container, for a loop variable)
+        self.use_looped: list = []       # whether that target is a loop variable over the container
         self.passes: list = []           # BackwardPass
         self.pass_at: dict = {}          # position of a backward call -> its pass index
         self.pass_column: dict = {}      # pass index -> column of its backward call
         self.current_block: int | None = None
+        self.loop_sources: dict = {}     # loop variable of the statement being compiled -> its container
         self.grad_targets: list = []
+        self._temps = 0
+        self.twins: set = set()          # names of functions the cell defines whose direct calls can pause
+        self.twin_defs: set = set()      # ids of their `def` statements
 
     def build(self, body: list) -> Program:
         self._collect_passes(body)
         flat = self._flatten(body)
+        for stmt, _ in flat:
+            if can_pause_in(stmt):
+                self.twins.add(stmt.name)
+                self.twin_defs.add(id(stmt))
         all_bound = set()
         for stmt, _ in flat:
             if not is_backward_block(stmt):
@@ -73,10 +83,12 @@ class _Builder:
 
     # --- event uses and backward passes ---------------------------------------------------------
 
-    def add_use(self, kind: str, target: ast.expr, line: int, write: bool) -> int:
+    def add_use(self, kind: str, target: ast.expr, line: int, write: bool, row_zero: bool = False) -> int:
         text = self._text(target)
-        self.uses.append(EventUse(kind, text, line, write))
-        self.use_ast.append(target)
+        self.uses.append(EventUse(kind, text, line, write, row_zero))
+        looped = isinstance(target, ast.Name) and target.id in self.loop_sources
+        self.use_ast.append(self.loop_sources[target.id] if looped else target)
+        self.use_looped.append(looped)
         if kind == "grad":
             self._grad_target(target)
         return len(self.uses) - 1
@@ -90,12 +102,20 @@ class _Builder:
         kind = None
         if isinstance(target, ast.Attribute) and target.attr in MODULE_EVENTS:
             kind, target = target.attr, target.value
-        if is_path(target):
+        looped = isinstance(target, ast.Name) and target.id in self.loop_sources
+        if not looped and is_path(target):
             self.grad_targets.append(Target(kind, self._text(target), self._eval_code(target),
                                             pass_index=pass_index))
-        elif isinstance(target, ast.Subscript) and is_path(target.value):
-            # `outs[i].grad` in a loop: hook every element of `outs` before the pass
-            self.grad_targets.append(Target(kind, self._text(target.value), self._eval_code(target.value),
+            return
+        # `[h.grad for h in refs]`: every element of refs; `outs[i].grad` in a loop: every element of outs
+        if looped:
+            container = self.loop_sources[target.id]
+        elif isinstance(target, ast.Subscript):
+            container = target.value
+        else:
+            return
+        if is_path(container):
+            self.grad_targets.append(Target(kind, self._text(container), self._eval_code(container),
                                             every_element=True, pass_index=pass_index))
 
     def pass_for(self, node: ast.AST):
@@ -137,6 +157,7 @@ class _Builder:
 
     def _compile_node(self, index: int, stmt: ast.stmt, block) -> CompiledNode:
         self.current_block = block
+        self.loop_sources = loop_sources(stmt)
         first_use = len(self.uses)
         line_text = self.source.splitlines()[stmt.lineno - 1].strip()
         if is_backward_block(stmt):
@@ -164,16 +185,23 @@ class _Builder:
     def _forward_targets(self, free: frozenset) -> list:
         """Module events whose module the runtime can find before the run: hooked before the model starts."""
         targets, seen = [], set()
-        for use, target in zip(self.uses, self.use_ast):
+        for use, target, looped in zip(self.uses, self.use_ast, self.use_looped):
             if use.kind == "grad" or (use.kind, use.target) in seen:
                 continue
             seen.add((use.kind, use.target))
-            if is_path(target, free):
+            if looped and is_path(target, free):     # `[block.output for block in model.transformer.h]`
+                targets.append(Target(use.kind, self._text(target), self._eval_code(target), every_element=True))
+            elif is_path(target, free):
                 targets.append(Target(use.kind, use.target, self._eval_code(target)))
             elif isinstance(target, ast.Subscript) and is_path(target.value, free):
                 targets.append(Target(use.kind, self._text(target.value), self._eval_code(target.value),
                                       every_element=True))
         return targets
+
+    def temp_name(self, what: str) -> str:
+        """A name no other generated name in the cell has."""
+        self._temps += 1
+        return f"{TEMP_PREFIX}{what}_{self._temps}"
 
     def _text(self, node: ast.AST) -> str:
         return ast.get_source_segment(self.source, node) or ast.unparse(node)

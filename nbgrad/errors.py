@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import linecache
+import os
 import types
 
 CELL_FILENAME_PREFIX = "<nbgrad-cell-"
@@ -51,22 +52,36 @@ def is_cell_frame(frame: types.FrameType) -> bool:
     return frame.f_code.co_filename.startswith(CELL_FILENAME_PREFIX)
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_CALL_MACHINERY = ("_call_impl", "_wrapped_call_impl")      # torch's Module.__call__, with its hooks
+
+
+def _shown(frame: types.FrameType) -> bool:
+    """Frames a user reads: not nbgrad's own, nor torch's machinery around a module call."""
+    filename = frame.f_code.co_filename
+    if filename.startswith(_PACKAGE_DIR):
+        return False
+    return not (frame.f_code.co_name in _CALL_MACHINERY and filename.endswith(os.path.join("nn", "modules", "module.py")))
+
+
 def cell_traceback(tb: types.TracebackType | None) -> types.TracebackType | None:
-    """Keep only the frames of the cell, so a traceback points at the cell's own lines."""
+    """The traceback a user reads. An error in the cell's code: from the cell's first frame on (what the
+    cell called included). An error inside the model: the model's own frames. Never nbgrad's."""
     frames = []
     while tb is not None:
-        if is_cell_frame(tb.tb_frame):
-            frames.append((tb.tb_frame, tb.tb_lasti, tb.tb_lineno))
+        frames.append((tb.tb_frame, tb.tb_lasti, tb.tb_lineno))
         tb = tb.tb_next
+    first_cell = next((i for i, (frame, _, _) in enumerate(frames) if is_cell_frame(frame)), 0)
     trimmed = None
-    for frame, lasti, lineno in reversed(frames):
-        trimmed = types.TracebackType(trimmed, frame, lasti, lineno)
+    for frame, lasti, lineno in reversed(frames[first_cell:]):
+        if _shown(frame):
+            trimmed = types.TracebackType(trimmed, frame, lasti, lineno)
     return trimmed
 
 
 def for_the_cell(error: BaseException) -> BaseException:
     """The error as a cell shows it: an nbgrad error as its one message (cause kept), any other error
-    with the cell's own frames only (all of them when it arose inside the model)."""
+    with the frames a user reads (see `cell_traceback`)."""
     if isinstance(error, NbgradError):
         return error.with_traceback(None)
     return error.with_traceback(cell_traceback(error.__traceback__) or error.__traceback__)

@@ -4,8 +4,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from . import diagnose
+from . import diagnose, hints
 from .errors import OrderError
+from .models import compiled_inner
 
 
 class ForwardEvents:
@@ -19,6 +20,8 @@ class ForwardEvents:
         self.late_hooks: set = set()     # hooks first asked for while the model was already running
         self.model_running = False
         self.done = False                # the model's forward call has returned
+        self.tuple_reads: dict = {}      # use id -> (use, length) of reads that returned a tuple, for hints
+        self.last_replacement = None     # (use, shape before, shape after) of the latest replaced value
 
     # --- requests -------------------------------------------------------------------------------
 
@@ -31,7 +34,12 @@ class ForwardEvents:
         if key in self.values:
             if use.write and key not in self.live:
                 raise self.runtime.scheduler.too_late(task, use)
-            return True, self.values[key]
+            value = self.values[key]
+            if type(value) is tuple:
+                self.tuple_reads[request.use] = (use, len(value))
+            if use.row_zero:
+                hints.note_row_zero(use, value)
+            return True, value
         return self._wait_for(module, key, task, request, use)
 
     def write(self, task, request):
@@ -42,6 +50,7 @@ class ForwardEvents:
             return True, None
         key = (id(module), use.kind)
         if key in self.live:
+            self.last_replacement = (use, hints.shape_of(self.values[key]), hints.shape_of(request.value))
             self.values[key] = request.value
             return True, None
         if key in self.values:
@@ -58,9 +67,10 @@ class ForwardEvents:
     def resolve(self, thunk, use_id):
         """The module a request names, or an error that says which step of its path is not in the model."""
         try:
-            return thunk()
+            module = thunk()
         except (AttributeError, IndexError, KeyError, TypeError) as error:
             raise diagnose.module_path_error(self.uses[use_id], self.runtime.ns, error) from error
+        return compiled_inner(module) or module      # `model.output` of a torch.compile'd model
 
     def never_came(self, request) -> OrderError:
         """The error for a statement still waiting on this event when the cell ends."""
@@ -79,10 +89,9 @@ class ForwardEvents:
                 found = eval(target.code, namespace)
             except Exception:
                 continue      # the statement itself will report it, on its own line
-            if not isinstance(found, nn.Module):
-                continue
-            for module in (found.children() if target.every_element else (found,)):
-                self.hook(module, target.kind)
+            for module in (elements(found) if target.every_element else (found,)):
+                if isinstance(module, nn.Module):
+                    self.hook(module, target.kind)
 
     def hook(self, module: nn.Module, kind: str) -> bool:
         """Hook one event of a module; True when the hook is new."""
@@ -100,6 +109,8 @@ class ForwardEvents:
                                       lambda: module.register_forward_pre_hook(on_input, with_kwargs=True))
 
     def _on_event(self, key, value):
+        if self.runtime.scheduler.in_statement:
+            return None         # a call the cell makes itself (a logit lens): not the model's own event
         self.values[key] = value
         self.live.add(key)
         try:
@@ -112,6 +123,8 @@ class ForwardEvents:
         return new if new is not value else None
 
     def _on_input(self, module_id, args, kwargs):
+        if self.runtime.scheduler.in_statement:
+            return None
         new_pair = self._on_event((module_id, "inputs"), (args, kwargs))
         if new_pair is not None:
             args, kwargs = new_pair
@@ -125,3 +138,13 @@ class ForwardEvents:
         if new_pair is None and new_first is None:
             return None
         return tuple(args), kwargs
+
+
+def elements(container) -> list:
+    """What a Target with `every_element` names: the elements of a list, tuple or dict, or the modules of a
+    ModuleList, Sequential or ModuleDict (never the rows of a tensor)."""
+    if isinstance(container, (dict, nn.ModuleDict)):
+        return list(container.values())
+    if isinstance(container, (list, tuple, nn.ModuleList, nn.Sequential)):
+        return list(container)
+    return []

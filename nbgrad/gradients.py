@@ -6,6 +6,7 @@ from torch import nn
 
 from . import diagnose
 from .errors import GradError
+from .forward import elements
 
 
 class GradientEvents:
@@ -128,7 +129,7 @@ class GradientEvents:
                 value = eval(target.code, self.runtime.ns)
             except Exception:
                 continue        # the statement itself will say what is wrong, on its own line
-            for candidate in (_elements(value) if target.every_element else [value]):
+            for candidate in (elements(value) if target.every_element else [value]):
                 if target.kind is not None:
                     candidate = values.get((id(candidate), target.kind))
                 if isinstance(candidate, torch.Tensor) and candidate.requires_grad:
@@ -143,8 +144,8 @@ class GradientEvents:
         return self.runtime.hooks.add(tensor_id, lambda: tensor.register_hook(on_grad))
 
     def _on_grad(self, tensor_id, grad):
-        if not self.running:
-            return None
+        if not self.running or self.runtime.scheduler.in_statement:
+            return None         # no pass of the cell's, or autograd called by a statement's own code
         key = (tensor_id, self.running[-1])
         self.grads[key] = grad
         self.live.add(key)
@@ -159,11 +160,3 @@ class GradientEvents:
             if kind == "output" and id(value) == tensor_id:
                 shapes[(module_id, "grad")] = tuple(final.shape)
         return final if key in self.replaced else None
-
-
-def _elements(container) -> list:
-    if isinstance(container, (dict, nn.ModuleDict)):
-        return list(container.values())
-    if isinstance(container, (list, tuple, nn.ModuleList, nn.Sequential)):
-        return list(container)
-    return []

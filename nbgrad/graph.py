@@ -10,6 +10,7 @@ class EventUse:
     target: str          # source text of the module (or tensor, for grad) expression
     line: int
     write: bool = False
+    row_zero: bool = False   # written `M.output[0]`: a hint when the output is a tensor (batch row 0)
 
     def describe(self) -> str:
         return f"{self.target}.{self.kind}"

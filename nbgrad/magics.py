@@ -9,7 +9,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from . import api
 from .errors import InputError, NbgradError, for_the_cell
-from .cellstate import UNSAVED_KEY
+from .cellstate import unsaved_names
 
 
 def split_expression(rest: str, magic, head: str) -> tuple:
@@ -186,7 +186,7 @@ def _input_help() -> str:
 def _explain_unsaved(shell, etype, value, tb, tb_offset=None):
     """A NameError for a name the last trace bound but did not save says to `.save()` it."""
     name = getattr(value, "name", None)
-    if name and name in shell.user_ns.get(UNSAVED_KEY, ()):
+    if name and name in unsaved_names(shell.user_ns):
         value.args = (f"name '{name}' is not defined: it was bound inside a %%trace cell to a traced value "
                       f"that was not saved. Add `.save()` (`{name} = ....save()`) to keep it after the cell",)
     shell.showtraceback((etype, value, tb), tb_offset=tb_offset)

@@ -36,6 +36,15 @@ def load_model(name_or_path: str | None = None, **kwargs) -> nn.Module:
     return model
 
 
+def compiled_inner(model):
+    """The module inside a `torch.compile`d one (`OptimizedModule._orig_mod`), or None for any other."""
+    if type(model).__name__ == "OptimizedModule":
+        inner = getattr(model, "_orig_mod", None)
+        if isinstance(inner, nn.Module):
+            return inner
+    return None
+
+
 def register_tokenizer(model: nn.Module, tokenizer) -> None:
     _tokenizers[model] = tokenizer
     remember(model)

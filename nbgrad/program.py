@@ -86,3 +86,4 @@ class Program:
     forward_targets: list = field(default_factory=list)   # Target: module events to hook before the run
     grad_targets: list = field(default_factory=list)      # Target: tensors to hook when their pass starts
     bound_names: frozenset = field(default_factory=frozenset)
+

@@ -32,31 +32,33 @@ class SavedValues:
         return value
 
     def by_name(self, bound_names: frozenset, namespace: dict) -> dict:
-        """Saved values in the order they were saved, under the name the cell bound them to."""
-        names = bound_names_by_id(bound_names, namespace)
+        """Saved values in the order they were saved, under every name the cell bound them to."""
+        names = names_by_id(bound_names, namespace)
         for name in sorted(bound_names):      # then elements: `hidden = [... .save() for ...]`
             value = namespace.get(name, _MISSING)
             if isinstance(value, (list, tuple)):
                 for index, element in enumerate(value):
-                    names.setdefault(id(element), f"{name}[{index}]")
+                    names.setdefault(id(element), [f"{name}[{index}]"])
             elif isinstance(value, dict):
                 for key, element in value.items():
-                    names.setdefault(id(element), f"{name}[{key!r}]")
+                    names.setdefault(id(element), [f"{name}[{key!r}]"])
         in_source_order = sorted(self.by_id.items(), key=lambda item: item[1][2])
         named = {}
         for value_id, (label, value, _) in in_source_order:
-            name = names.get(value_id, label)
-            if name in named:             # one line saved several values (a loop): number them
-                name = f"{name} #{sum(1 for k in named if k.split(' #')[0] == name) + 1}"
-            named[name] = value
+            for name in names.get(value_id, [label]):
+                if name in named:         # one line saved several values (a loop): number them
+                    name = f"{name} #{sum(1 for k in named if k.split(' #')[0] == name) + 1}"
+                named[name] = value
         return named
 
 
-def bound_names_by_id(bound_names: frozenset, namespace: dict) -> dict:
-    """id(value) -> the name the cell bound it to (the first name, alphabetically, when several)."""
-    names = {}
+def names_by_id(bound_names: frozenset, namespace: dict) -> dict:
+    """id(value) -> every name the cell bound it to, alphabetically."""
+    names: dict = {}
     for name in sorted(bound_names):
-        names.setdefault(id(namespace.get(name, _MISSING)), name)
+        value = namespace.get(name, _MISSING)
+        if value is not _MISSING:
+            names.setdefault(id(value), []).append(name)
     return names
 
 
@@ -65,8 +67,8 @@ def grad_pairs(saved: dict, grad_sources: dict, bound_names: frozenset, namespac
     if not grad_sources:
         return {}
     names = {id(value): name for name, value in saved.items()}
-    for value_id, name in bound_names_by_id(bound_names, namespace).items():
-        names.setdefault(value_id, name)
+    for value_id, bound in names_by_id(bound_names, namespace).items():
+        names.setdefault(value_id, bound[0])
     pairs = {}
     for name, value in saved.items():
         source = grad_sources.get(id(value))

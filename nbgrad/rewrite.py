@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import ast
+import copy
 
 from .cellast import (MODULE_EVENTS, const, generator_function, is_backward_block, is_backward_call,
-                      is_event_attr, is_save_call, name, position, thunk, touches_events)
+                      is_event_attr, is_save_call, name, never_runs_yield, position, thunk, touches_events)
 from .errors import NbgradError
 from .program import RUNTIME_NAME, TEMP_PREFIX
+
+
+TWIN_ATTR = "__nbgrad_twin__"
 
 
 def request(kind: str, *parts: ast.expr) -> ast.Yield:
@@ -22,19 +26,32 @@ class Rewriter(ast.NodeTransformer):
         self.builder = builder
         self.written = written           # ids of event attributes the statement edits in place
         self.hoisted: list = []          # nested generator functions that replace comprehensions
+        self.row_zero: set = set()       # ids of event attributes written `M.output[0]`
 
     # --- reads ----------------------------------------------------------------------------------
 
     def visit_Attribute(self, node):
         if not isinstance(node.ctx, ast.Load) or not is_event_attr(node):
             return self.generic_visit(node)
-        use = self.builder.add_use(node.attr, node.value, node.lineno, id(node) in self.written)
+        use = self.builder.add_use(node.attr, node.value, node.lineno, id(node) in self.written,
+                                   id(node) in self.row_zero)
         base = self.visit(node.value)
         if node.attr == "grad":
             return request("GradRead", base, const(use), const(self.builder.pass_for(node)))
         return request("Read", thunk(base), const(use))
 
+    def visit_Subscript(self, node):
+        if (isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Attribute) and node.value.attr in MODULE_EVENTS
+                and isinstance(node.slice, ast.Constant) and node.slice.value == 0):
+            self.row_zero.add(id(node.value))
+        return self.generic_visit(node)
+
     def visit_Call(self, node):
+        if isinstance(node.func, ast.Name) and node.func.id in self.builder.twins:
+            twin = ast.Attribute(value=name(node.func.id), attr=TWIN_ATTR, ctx=ast.Load())
+            call = ast.Call(func=twin, args=[self.visit(a) for a in node.args],
+                            keywords=[self.visit(k) for k in node.keywords])
+            return ast.YieldFrom(value=call)     # `resid(3)`: runs as part of the statement, pausing at events
         if is_save_call(node):
             saver = ast.Attribute(value=name(RUNTIME_NAME), attr="save", ctx=ast.Load())
             label = ast.get_source_segment(self.builder.source, node.func.value) or ast.unparse(node.func.value)
@@ -101,7 +118,7 @@ class Rewriter(ast.NodeTransformer):
     def _comprehension(self, node):
         """`[f(h.output) for h in hs]` -> `(yield from __nbgrad_comp_K())`, a generator that builds the
         result: `yield` cannot stand inside a comprehension."""
-        if not touches_events(node):
+        if not (touches_events(node) or self._calls_twin(node)):
             return node
         result = f"{TEMP_PREFIX}result"
         initial, innermost = _accumulate(node, result)
@@ -110,30 +127,59 @@ class Rewriter(ast.NodeTransformer):
             for condition in reversed(generator.ifs):
                 body = ast.If(test=condition, body=[body], orelse=[])
             body = ast.For(target=generator.target, iter=generator.iter, body=[body], orelse=[])
-        function_name = f"{TEMP_PREFIX}comp_{len(self.builder.uses)}_{len(self.hoisted)}"
+        function_name = self.builder.temp_name("comp")
         statements = [ast.Assign(targets=[name(result, store=True)], value=initial), body,
                       ast.Return(value=name(result))]
         function = ast.copy_location(generator_function(function_name, statements), node)
         for child in ast.walk(function):
             if getattr(child, "lineno", None) is None and "lineno" in child._attributes:
                 ast.copy_location(child, node)
-        self.hoisted.append(self.visit(function))
-        return ast.YieldFrom(value=ast.Call(func=name(function_name), args=[], keywords=[]))
+        outer, self.hoisted = self.hoisted, []
+        function = self.visit(function)
+        function.body[0:0] = self.hoisted     # nested comprehensions: defined where their variables live
+        self.hoisted = outer
+        self.hoisted.append(function)
+        built = ast.YieldFrom(value=ast.Call(func=name(function_name), args=[], keywords=[]))
+        if isinstance(node, ast.GeneratorExp):    # built eagerly (a statement cannot pause lazily), still an iterator
+            return ast.Call(func=name("iter"), args=[built], keywords=[])
+        return built
 
     visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension
 
     def _function(self, node):
-        """Functions the cell defines run as plain Python when called: nbgrad cannot pause inside a call,
-        so a module event there is an error; `.grad` and `.backward()` keep their PyTorch meaning."""
+        """Functions the cell defines run as plain Python when called. One defined at the cell's level and
+        called directly by its statements gets a generator twin that can pause at events (see
+        `_with_twin`); anywhere else nbgrad cannot pause inside a call, so a module event is an error."""
         if getattr(node, "name", "").startswith(TEMP_PREFIX):
             return self.generic_visit(node)          # a comprehension nbgrad turned into a generator
+        if id(node) in self.builder.twin_defs:
+            return self._with_twin(node)
         for inner in ast.walk(node):
             if isinstance(inner, ast.Attribute) and inner.attr in MODULE_EVENTS:
-                raise NbgradError(f"`.{inner.attr}` inside a function defined in the cell: nbgrad runs "
-                                  f"statements when their events fire and cannot wait inside a function call. "
-                                  f"Read it at the top level of the cell (loops and comprehensions are fine) "
-                                  f"and pass the value to the function", inner.lineno)
+                raise NbgradError(f"`.{inner.attr}` inside a function that nbgrad cannot pause in (a lambda, "
+                                  f"a decorated or nested function, or one defined inside another statement). "
+                                  f"Define it with `def` at the top level of the cell and call it there, or "
+                                  f"read the value in the cell and pass it to the function", inner.lineno)
         return node
+
+    def _calls_twin(self, node: ast.AST) -> bool:
+        return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in self.builder.twins
+                   for n in ast.walk(node))
+
+    def _with_twin(self, node: ast.FunctionDef) -> list:
+        """`def resid(i): ...` stays as written (a plain function for every other caller) and gets
+        `resid.__nbgrad_twin__`, the same body rewritten as a generator for the cell's own calls."""
+        twin = ast.FunctionDef(name=self.builder.temp_name("twin"), args=copy.deepcopy(node.args),
+                               body=copy.deepcopy(node.body) + [never_runs_yield()], decorator_list=[],
+                               returns=None, type_params=[])
+        ast.copy_location(twin, node)
+        outer, self.hoisted = self.hoisted, []
+        twin = self.generic_visit(twin)
+        twin.body[0:0] = self.hoisted                # its comprehensions see its arguments
+        self.hoisted = outer
+        attach = ast.Assign(targets=[ast.Attribute(value=name(node.name), attr=TWIN_ATTR, ctx=ast.Store())],
+                            value=name(twin.name))
+        return [node, twin, ast.copy_location(attach, node)]
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
 

@@ -10,11 +10,14 @@ resumed when what it waits for exists, every hook removed and every flag restore
 """
 from __future__ import annotations
 
+import threading
+
 import torch
 from torch import nn
 
+from . import hints
 from .cellstate import CellState
-from .errors import for_the_cell
+from .errors import NbgradError, for_the_cell
 from .forward import ForwardEvents
 from .gradients import GradientEvents
 from .hookset import HookSet
@@ -22,15 +25,25 @@ from .program import Backward, GradRead, GradWrite, Program, Read, Write
 from .result import Result, SavedValues, grad_pairs
 from .scheduler import Scheduler
 
-_active: list = []          # runtimes now running (nested traces are possible)
+_local = threading.local()          # per thread: the runtimes now running, innermost last
+_tracing: dict = {}                 # id(model) -> (thread id, how many runs of this thread trace it)
+_tracing_lock = threading.Lock()
+
+
+def _active() -> list:
+    if not hasattr(_local, "runtimes"):
+        _local.runtimes = []
+    return _local.runtimes
 
 
 def active_runtime():
-    return _active[-1] if _active else None
+    runtimes = _active()
+    return runtimes[-1] if runtimes else None
 
 
 class Runtime:
-    """One run of one cell. Create, call `run_trace` or `run_backward`, discard."""
+    """One run of one cell. Create, call `run_trace` or `run_backward`, discard. Creating one changes
+    nothing outside it: everything the run touches is taken and given back inside `_run`."""
     # The request types compiled code builds, as `__nbgrad__.Read(...)`.
     Read, Write, GradRead, GradWrite, Backward = Read, Write, GradRead, GradWrite, Backward
 
@@ -49,8 +62,9 @@ class Runtime:
         self.scheduler.handlers = {Read: self.forward.read, Write: self.forward.write,
                                    GradRead: self.gradients.read, GradWrite: self.gradients.write,
                                    Backward: self.gradients.backward}
-        self.state = CellState(program, namespace, model)
-        self.state.install(self)
+        self.state = None                # CellState, once the run has taken its snapshot
+        self._claimed = False            # whether this run holds its model in `_tracing`
+        self._exited = False
 
     def save(self, value, line=None, label=None):
         """`x.save()` in the cell: keep x after it."""
@@ -80,18 +94,67 @@ class Runtime:
 
     def _run(self, body) -> Result:
         __tracebackhide__ = True
-        _active.append(self)
         try:
+            self._enter()
             with torch.set_grad_enabled(self.state.grad_mode and not self.no_grad):
                 body()
                 self._check_finished()
             return self._result()
         except BaseException as error:
+            hints.add_hints(error, self)
             raise for_the_cell(error)
         finally:
-            _active.remove(self)
+            try:
+                self._exit()
+            finally:
+                self._exit()     # again: every step is idempotent, and an interrupt may have cut the first short
+
+    def _enter(self) -> None:
+        self._claim_model()
+        self.state = CellState(self.program, self.ns, self.model, _active())
+        _active().append(self)
+        self.state.install(self)
+
+    def _exit(self) -> None:
+        """Give everything back: hooks first (nothing of ours may fire again), then the rest."""
+        if self._exited:
+            return
+        self.hooks.remove_all()
+        self.scheduler.close()
+        if self.state is not None:
             self.state.restore_grad_state()
-            self._cleanup()
+            self.state.restore_namespace(self.saved.by_id.keys())
+        runtimes = _active()
+        if self in runtimes:
+            runtimes.remove(self)
+        self._release_model()
+        for store in (self.forward.values, self.gradients.grads, self.gradients.sources):
+            store.clear()
+        self._exited = True
+
+    def _claim_model(self) -> None:
+        """One model, one trace at a time: two threads tracing it would mix their edits and values."""
+        if self.model is None:
+            return
+        me = threading.get_ident()
+        with _tracing_lock:
+            owner, count = _tracing.get(id(self.model), (me, 0))
+            if owner != me:
+                raise NbgradError(f"{type(self.model).__name__} is being traced by another thread right now: "
+                                  f"nbgrad runs one trace of a model at a time. Wait for it, or trace a copy")
+            _tracing[id(self.model)] = (me, count + 1)
+            self._claimed = True
+
+    def _release_model(self) -> None:
+        with _tracing_lock:
+            if not self._claimed:
+                return
+            owner, count = _tracing[id(self.model)]
+            if count > 1:
+                _tracing[id(self.model)] = (owner, count - 1)
+            else:
+                del _tracing[id(self.model)]
+            self._claimed = False
 
     # --- end of the cell ------------------------------------------------------------------------
 
@@ -110,10 +173,3 @@ class Runtime:
         saved = self.saved.by_name(bound, self.ns)
         return Result(saved=saved, graph=self.program.graph, shapes=self.shapes,
                       grad_pairs=grad_pairs(saved, self.gradients.sources, bound, self.ns))
-
-    def _cleanup(self) -> None:
-        self.hooks.remove_all()
-        self.scheduler.close()
-        self.state.restore_namespace(self.saved.by_id.keys())
-        for store in (self.forward.values, self.gradients.grads, self.gradients.sources):
-            store.clear()

@@ -30,6 +30,8 @@ class Scheduler:
         self.tasks: list = []            # started, not finished
         self.parked: dict = {}           # event key -> [(task, request)]
         self.cause = None                # use id of the event being delivered now
+        # > 0 while a statement's own code runs: module calls it makes are plain calls, not events
+        self.in_statement = 0
 
     def _ready(self, node) -> bool:
         spec = node.spec
@@ -51,20 +53,27 @@ class Scheduler:
                     progressed = True
                     break
 
-    def _advance(self, task: Task, value) -> None:
-        send = task.gen.send
-        handlers = self.handlers
+    def _advance(self, task: Task, value, error: Exception | None = None) -> None:
+        """Resume a statement with `value` (or raise `error` at its line) until it waits or finishes."""
+        gen, handlers = task.gen, self.handlers
         while True:
+            self.in_statement += 1
             try:
-                request = send(value)
+                request = gen.send(value) if error is None else gen.throw(error)
             except StopIteration:
                 request = None      # finish outside the handler, so later errors chain to nothing
+            finally:
+                self.in_statement -= 1
             if request is None:
                 self.done.add(task.node.spec.index)
                 self.tasks.remove(task)
                 self.start_ready()
                 return
-            answered, value = handlers[type(request)](task, request)
+            try:
+                answered, value = handlers[type(request)](task, request)
+                error = None
+            except Exception as raised:     # raised where the statement asked: its own try/except sees it
+                answered, value, error = True, None, raised
             if not answered:
                 return
 
@@ -84,7 +93,11 @@ class Scheduler:
                 waiting.sort(key=lambda pair: pair[0].node.spec.index)
             for task, request in waiting:
                 task.cause = self.cause
-                answered, value = self.handlers[type(request)](task, request)
+                try:
+                    answered, value = self.handlers[type(request)](task, request)
+                except Exception as raised:
+                    self._advance(task, None, raised)
+                    continue
                 if answered:
                     self._advance(task, value)
         finally:

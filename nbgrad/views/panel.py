@@ -148,8 +148,11 @@ def items_for(name: str, value, *, tokens=None, tokenizer=None, kind="activation
 def panel_for_result(result, tokenizer=None, title: str = "") -> Panel:
     """The panel of a cell's Result; `tokenizer` decodes token ids and logits' top tokens."""
     tokens = _tokens(result, tokenizer)
-    items = []
+    items, shown = [], set()
     for name, value in result.saved.items():
+        if id(value) in shown:
+            continue            # an alias of a value shown already (`e = ...; full = e.save()`)
+        shown.add(id(value))
         partner = result.grad_pairs.get(name)
         items.extend(items_for(name, value, tokens=tokens, tokenizer=tokenizer,
                                kind="gradient" if partner else "activation", partner=partner))

@@ -1,0 +1,70 @@
+"""Common slips, and the one line that says what went wrong. Added to the error a user sees (as a
+note, so its type and message stay as Python made them) or printed beside a value that is probably
+not what the cell meant."""
+from __future__ import annotations
+
+import re
+import sys
+
+import torch
+from torch import nn
+
+MODULE_EVENTS = ("output", "input", "inputs")
+_NO_EVENT = re.compile(r"'(\w+)' object has no attribute '(output|inputs|input)'")
+
+
+def add_hints(error: BaseException, runtime) -> None:
+    """Note on `error` what nbgrad can tell about its cause from the run that raised it."""
+    if not isinstance(error, Exception) or getattr(error, "_nbgrad_hinted", False):
+        return
+    hints = [_event_outside_the_cell(error), _tuple_as_tensor(error, runtime.forward.tuple_reads),
+             _after_a_replacement(error, runtime.forward.last_replacement)]
+    for hint in filter(None, hints):
+        error.add_note(f"nbgrad: {hint}")
+    try:
+        error._nbgrad_hinted = True
+    except AttributeError:
+        pass
+
+
+def _event_outside_the_cell(error) -> str | None:
+    """`.output` read inside a function nbgrad does not run as part of the cell: a plain AttributeError."""
+    found = _NO_EVENT.search(str(error)) if isinstance(error, AttributeError) else None
+    if found is None or getattr(error, "obj", None) is not None and not isinstance(error.obj, nn.Module):
+        return None
+    return (f"`.{found.group(2)}` of a module is an event that only a %%trace cell's own statements can read, "
+            f"with the functions the cell defines at its top level and calls directly. This one was read inside "
+            f"a function called some other way (defined in an earlier cell, or passed to map or a library): "
+            f"read it in the cell and pass the value to the function")
+
+
+def _tuple_as_tensor(error, tuple_reads: dict) -> str | None:
+    """A module that returns a tuple, its `.output` used as if it were a tensor."""
+    if not tuple_reads or not isinstance(error, (AttributeError, TypeError)) or "tuple" not in str(error):
+        return None
+    use, length = next(iter(tuple_reads.values()))
+    return (f"{use.target}.{use.kind} (line {use.line}) is a tuple of {length}, not a tensor: take "
+            f"`{use.target}.{use.kind}[0]` for the first element")
+
+
+def _after_a_replacement(error, replacement) -> str | None:
+    """The model failed after the cell replaced a module's output or input with a value of another shape."""
+    if replacement is None or not isinstance(error, (RuntimeError, ValueError, IndexError, TypeError)):
+        return None
+    use, before, after = replacement
+    if before == after:
+        return None
+    return (f"line {use.line} replaced {use.target}.{use.kind} of shape {before} with a value of shape {after}; "
+            f"the model failed after that")
+
+
+def shape_of(value):
+    return tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+
+
+def note_row_zero(use, value) -> None:
+    """`M.output[0]` of a module that returns a tensor takes batch row 0, which older examples did not mean."""
+    if isinstance(value, torch.Tensor) and value.dim() >= 2:
+        print(f"nbgrad: line {use.line}: {use.target}.{use.kind} is a tensor of shape {tuple(value.shape)}, so "
+              f"`.{use.kind}[0]` takes batch row 0. (In transformers 5 a block returns a tensor, not a tuple: "
+              f"older examples' `.output[0]` is `.output` here.)", file=sys.stderr)
