@@ -8,9 +8,12 @@ from torch import nn
 
 from . import models
 from .compiler import compile_cell
+from .batching import batch_invokes
+from .errors import InputError
 from .inputs import call_arguments, input_ids_of
 from .naming import tensor_names
 from .result import Result
+from .rows import InvokeRows
 from .runtime import Runtime, active_runtime
 
 _MISSING = object()
@@ -18,7 +21,8 @@ _MISSING = object()
 
 def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *, no_grad: bool = False,
           tokenizer=None, graph: bool = False, quiet: bool = True) -> Result:
-    """Run `source` (the body of a `%%trace` cell) on `model` called with `input`."""
+    """Run `source` (the body of a `%%trace` cell) on `model` called with `input` (None when the source
+    holds `with invoke(INPUT):` blocks)."""
     program = compile_cell(source, "trace")
     if graph:
         return Result(saved={}, graph=program.graph)
@@ -30,11 +34,35 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
         tokenizer = tokenizer or models.tokenizer_for(model)
         model = inner
     models.remember(model)
-    args, kwargs = call_arguments(input, model, tokenizer or models.tokenizer_for(model))
-    runtime = Runtime(program, namespace, model=model, no_grad=no_grad)
+    tokenizer = tokenizer or models.tokenizer_for(model)
+    if program.invokes:
+        values = _invoke_inputs(program, input, namespace)
+        args, kwargs, spans = batch_invokes(values, program.invokes, model, tokenizer)
+        rows = InvokeRows(spans, spans[-1][1])
+    else:
+        values, rows = [], None
+        args, kwargs = call_arguments(input, model, tokenizer)
+    runtime = Runtime(program, namespace, model=model, no_grad=no_grad, rows=rows)
     result = runtime.run_trace(args, kwargs)
     result.input_ids = input_ids_of(args, kwargs)
+    result.invokes = values
     return result
+
+
+def _invoke_inputs(program, input, namespace: dict) -> list:
+    """Each invoke block's INPUT, evaluated in the namespace."""
+    first = program.invokes[0]
+    if input is not None:
+        raise InputError("INPUT on the %%trace line and `with invoke(...)` blocks together: give the inputs in "
+                         "the invoke blocks only (`%%trace MODEL` with no INPUT)", first.line)
+    values = []
+    for invoke in program.invokes:
+        try:
+            values.append(eval(invoke.code, namespace))
+        except Exception as error:
+            raise InputError(f"invoke INPUT `{invoke.text}` could not be evaluated: {type(error).__name__}: "
+                             f"{error}", invoke.line) from error
+    return values
 
 
 def backward(loss: torch.Tensor, source: str = "", namespace: dict | None = None, *, grad_output=None,

@@ -42,6 +42,15 @@ def is_backward_block(stmt: ast.AST) -> bool:
             and stmt.items[0].optional_vars is None and is_backward_call(stmt.items[0].context_expr))
 
 
+def is_invoke_block(stmt: ast.AST) -> bool:
+    """`with invoke(INPUT):` (an `as NAME` is allowed and ignored)."""
+    if not (isinstance(stmt, ast.With) and len(stmt.items) == 1):
+        return False
+    call = stmt.items[0].context_expr
+    return (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "invoke"
+            and not call.keywords)
+
+
 def is_save_call(node: ast.AST) -> bool:
     """`x.save()` with no arguments (a `save(...)` with arguments is someone else's method)."""
     return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "save"

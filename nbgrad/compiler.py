@@ -11,12 +11,12 @@ import textwrap
 import types
 from functools import lru_cache
 
-from .cellast import (MODULE_EVENTS, can_pause_in, generator_function, is_backward_block, is_backward_call, is_path,
-                      loop_sources, position, walk_cell_level)
+from .cellast import (MODULE_EVENTS, can_pause_in, generator_function, is_backward_block, is_backward_call,
+                      is_invoke_block, is_path, loop_sources, position, walk_cell_level)
 from .dataflow import add_dependencies, bound_names, read_names, stored_names, written_events
-from .errors import register_cell_source
+from .errors import NbgradError, register_cell_source
 from .graph import BackwardPass, EventUse, HookGraph, Node
-from .program import TEMP_PREFIX, CompiledNode, Program, Target
+from .program import TEMP_PREFIX, CompiledNode, Invoke, Program, Target
 from .rewrite import Rewriter
 
 _serial = 0
@@ -55,31 +55,32 @@ class _Builder:
         self.loop_sources: dict = {}     # loop variable of the statement being compiled -> its container
         self.grad_targets: list = []
         self._temps = 0
+        self.invokes: list = []          # Invoke blocks, in source order
         self.twins: set = set()          # names of functions the cell defines whose direct calls can pause
         self.twin_defs: set = set()      # ids of their `def` statements
 
     def build(self, body: list) -> Program:
         self._collect_passes(body)
         flat = self._flatten(body)
-        for stmt, _ in flat:
+        for stmt, _, _ in flat:
             if can_pause_in(stmt):
                 self.twins.add(stmt.name)
                 self.twin_defs.add(id(stmt))
         all_bound = set()
-        for stmt, _ in flat:
+        for stmt, _, _ in flat:
             if not is_backward_block(stmt):
                 names, mutated = bound_names(stmt)
                 all_bound |= names | mutated
-        stored_anywhere = set().union(*(stored_names(stmt) for stmt, _ in flat))
-        free = frozenset().union(*(read_names(stmt) for stmt, _ in flat)) - all_bound - stored_anywhere
-        nodes = [self._compile_node(index, stmt, block) for index, (stmt, block) in enumerate(flat)]
+        stored_anywhere = set().union(*(stored_names(stmt) for stmt, _, _ in flat))
+        free = frozenset().union(*(read_names(stmt) for stmt, _, _ in flat)) - all_bound - stored_anywhere
+        nodes = [self._compile_node(index, *entry) for index, entry in enumerate(flat)]
         specs = [node.spec for node in nodes]
         add_dependencies(specs)
         graph = HookGraph(nodes=specs, passes=self.passes)
         bound = frozenset(n for n in all_bound if not n.startswith(TEMP_PREFIX))
         return Program(self.source, self.mode, self.filename, graph, nodes, self.uses,
                        forward_targets=self._forward_targets(free), grad_targets=self.grad_targets,
-                       bound_names=bound)
+                       bound_names=bound, invokes=self.invokes)
 
     # --- event uses and backward passes ---------------------------------------------------------
 
@@ -143,19 +144,35 @@ class _Builder:
 
     # --- nodes ----------------------------------------------------------------------------------
 
-    def _flatten(self, body: list) -> list:
-        """(statement, block) pairs; a top-level `with L.backward():` becomes its own node plus its body."""
+    def _flatten(self, body: list, invoke: int | None = None, top: bool = True) -> list:
+        """(statement, block, invoke) triples. A top-level `with invoke(INPUT):` contributes its body; a
+        `with L.backward():` becomes its own node plus its body."""
         flat = []
         for stmt in body:
-            if self.mode == "trace" and is_backward_block(stmt):
+            if self.mode == "trace" and is_invoke_block(stmt):
+                if not top or invoke is not None:
+                    raise NbgradError("`with invoke(...)` must stand at the top level of the cell, "
+                                      "not inside another statement", stmt.lineno)
+                flat.extend(self._flatten(stmt.body, self._add_invoke(stmt), top=False))
+            elif self.mode == "trace" and is_backward_block(stmt):
                 index = self.pass_at[position(stmt.items[0].context_expr)]
-                flat.append((stmt, None))
-                flat.extend((inner, index) for inner, _ in self._flatten(stmt.body))
+                flat.append((stmt, None, invoke))
+                flat.extend((inner, index, inner_invoke)
+                            for inner, _, inner_invoke in self._flatten(stmt.body, invoke, top=False))
             else:
-                flat.append((stmt, 0 if self.mode == "backward" else None))
+                flat.append((stmt, 0 if self.mode == "backward" else None, invoke))
         return flat
 
-    def _compile_node(self, index: int, stmt: ast.stmt, block) -> CompiledNode:
+    def _add_invoke(self, stmt: ast.With) -> int:
+        call = stmt.items[0].context_expr
+        if len(call.args) != 1:
+            raise NbgradError("`with invoke(INPUT):` takes one INPUT (a string, a list of strings, a tensor, a "
+                              "dict or a tuple)", stmt.lineno)
+        index = len(self.invokes)
+        self.invokes.append(Invoke(index, stmt.lineno, self._text(call.args[0]), self._eval_code(call.args[0])))
+        return index
+
+    def _compile_node(self, index: int, stmt: ast.stmt, block, invoke) -> CompiledNode:
         self.current_block = block
         self.loop_sources = loop_sources(stmt)
         first_use = len(self.uses)
@@ -179,7 +196,7 @@ class _Builder:
         code = _function_code(rewritten, global_names, f"{TEMP_PREFIX}node_{index}", stmt.lineno, self.filename)
         spec = Node(index=index, line=stmt.lineno, end_line=getattr(stmt, "end_lineno", stmt.lineno),
                     source=text, reads=frozenset(reads), binds=frozenset(names | mutated),
-                    events=tuple(self.uses[first_use:]), block=block, starts_passes=starts)
+                    events=tuple(self.uses[first_use:]), block=block, starts_passes=starts, invoke=invoke)
         return CompiledNode(spec, code)
 
     def _forward_targets(self, free: frozenset) -> list:

@@ -35,6 +35,8 @@ class ForwardEvents:
             if use.write and key not in self.live:
                 raise self.runtime.scheduler.too_late(task, use)
             value = self.values[key]
+            if task.node.spec.invoke is not None:
+                value = self.runtime.rows.view(value, task.node.spec.invoke)
             if type(value) is tuple:
                 self.tuple_reads[request.use] = (use, len(value))
             if use.row_zero:
@@ -50,8 +52,11 @@ class ForwardEvents:
             return True, None
         key = (id(module), use.kind)
         if key in self.live:
-            self.last_replacement = (use, hints.shape_of(self.values[key]), hints.shape_of(request.value))
-            self.values[key] = request.value
+            value, invoke = request.value, task.node.spec.invoke
+            if invoke is not None:
+                value = self.runtime.rows.replace(self.values[key], invoke, value)
+            self.last_replacement = (use, hints.shape_of(self.values[key]), hints.shape_of(value))
+            self.values[key] = value
             return True, None
         if key in self.values:
             raise self.runtime.scheduler.too_late(task, use)

@@ -30,6 +30,18 @@ class GradientEvents:
         tensor, use, pass_index = request.tensor, self.uses[request.use], request.pass_index
         if not isinstance(tensor, torch.Tensor):
             return True, tensor.grad
+        rows = self.runtime.rows
+        if rows is not None:            # an invoke's rows of the gradient of the batch tensor
+            tensor, invoke = rows.grad_target(tensor, task.node.spec.invoke)
+            if invoke is not None:
+                answered, value = self._read(task, request, tensor, use, pass_index)
+                if answered:
+                    value = rows.view(value, invoke)
+                    self.sources[id(value)] = id(request.tensor)
+                return answered, value
+        return self._read(task, request, tensor, use, pass_index)
+
+    def _read(self, task, request, tensor, use, pass_index):
         if pass_index is None:
             raise GradError(diagnose.no_backward_pass(use, self.runtime.program.mode), use.line)
         key = (id(tensor), pass_index)
@@ -62,9 +74,15 @@ class GradientEvents:
         if not isinstance(tensor, torch.Tensor):
             tensor.grad = request.value
             return True, None
+        invoke = None
+        if self.runtime.rows is not None:
+            tensor, invoke = self.runtime.rows.grad_target(tensor, task.node.spec.invoke)
         key = (id(tensor), pass_index) if pass_index is not None else None
         if key in self.live:
-            self.grads[key] = request.value
+            value = request.value
+            if invoke is not None:
+                value = self.runtime.rows.replace(self.grads[key], invoke, value)
+            self.grads[key] = value
             self.replaced.add(key)
             return True, None
         if key is None or key in self.grads or self.pass_state[pass_index] == "done":
@@ -132,6 +150,8 @@ class GradientEvents:
             for candidate in (elements(value) if target.every_element else [value]):
                 if target.kind is not None:
                     candidate = values.get((id(candidate), target.kind))
+                elif self.runtime.rows is not None:
+                    candidate = self.runtime.rows.base_of(candidate)
                 if isinstance(candidate, torch.Tensor) and candidate.requires_grad:
                     self.hook(candidate)
 

@@ -28,6 +28,7 @@ class Node:
     deps: tuple = ()                 # indices of nodes that must finish first
     block: int | None = None         # backward pass whose `with` block holds this node
     starts_passes: tuple = ()        # backward passes this node runs
+    invoke: int | None = None        # the `with invoke(...)` block that holds this node
 
 
 @dataclass
@@ -75,6 +76,8 @@ class HookGraph:
                 lines.append(f"      after: {', '.join(after)}")
             if node.block is not None:
                 lines.append(f"      inside backward pass {node.block}")
+            if node.invoke is not None:
+                lines.append(f"      inside invoke {node.invoke} (its rows of the batch)")
         lines.append("edges:")
         lines.extend(f"  {edge}" for edge in self.edges() or ["(none)"])
         return "\n".join(lines)
@@ -97,7 +100,7 @@ class HookGraph:
         return {
             "nodes": [{"index": n.index, "line": n.line, "source": n.source,
                        "reads": sorted(n.reads), "binds": sorted(n.binds),
-                       "deps": list(n.deps), "block": n.block,
+                       "deps": list(n.deps), "block": n.block, "invoke": n.invoke,
                        "events": [{"kind": e.kind, "target": e.target, "line": e.line,
                                    "write": e.write} for e in n.events]}
                       for n in self.nodes],

@@ -17,7 +17,8 @@ INPUT_HELP = ("INPUT may be a string or a list of strings (tokenized; a list is 
 def call_arguments(value, model: nn.Module, tokenizer=None) -> tuple:
     """(args, kwargs) for `model(*args, **kwargs)`, tensors moved to the model's device."""
     if value is None:
-        raise InputError(f"missing INPUT: write `%%trace MODEL INPUT`. {INPUT_HELP}")
+        raise InputError(f"missing INPUT: write `%%trace MODEL INPUT`, or put `with invoke(INPUT):` blocks in the cell. "
+                         f"{INPUT_HELP}")
     if isinstance(value, str) or (isinstance(value, list) and value and all(isinstance(v, str) for v in value)):
         if tokenizer is None:
             raise InputError("a text INPUT needs a tokenizer: load the model with nbgrad.load_model, pass "

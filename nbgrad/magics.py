@@ -79,9 +79,7 @@ class NbgradMagics(Magics):
             print(api.trace(model, None, cell, namespace, graph=True).graph.to_text())
             return None
         tokenizer = self._evaluate(args.tokenizer, "--tokenizer") if args.tokenizer else None
-        if input_text is None:
-            raise InputError("missing INPUT: write `%%trace MODEL INPUT`. " + _input_help())
-        value = self._evaluate(input_text, "INPUT")
+        value = self._evaluate(input_text, "INPUT") if input_text is not None else None
         result = api.trace(model, value, cell, namespace, no_grad=args.no_grad, tokenizer=tokenizer)
         self._display(result, args.quiet, model, f"%%trace {line.strip()}")
         return None
@@ -177,10 +175,6 @@ class NbgradMagics(Magics):
         from .views import panel_for_result
         display(panel_for_result(result, tokenizer_for(model) if model is not None else None, title))
 
-
-def _input_help() -> str:
-    from .inputs import INPUT_HELP
-    return INPUT_HELP
 
 
 def _explain_unsaved(shell, etype, value, tb, tb_offset=None):

@@ -75,6 +75,15 @@ class Target:
     pass_index: int | None = None  # for gradient targets: the backward pass they belong to
 
 
+@dataclass(frozen=True)
+class Invoke:
+    """A top-level `with invoke(INPUT):` block: its statements address the rows of INPUT in the batch."""
+    index: int
+    line: int
+    text: str                     # the INPUT expression as written
+    code: types.CodeType          # evaluated in the namespace before the run
+
+
 @dataclass
 class Program:
     source: str
@@ -86,4 +95,5 @@ class Program:
     forward_targets: list = field(default_factory=list)   # Target: module events to hook before the run
     grad_targets: list = field(default_factory=list)      # Target: tensors to hook when their pass starts
     bound_names: frozenset = field(default_factory=frozenset)
+    invokes: list = field(default_factory=list)           # Invoke, in source order
 

@@ -16,6 +16,8 @@ class Result:
     accumulated: set = field(default_factory=set)    # leaf names whose .grad held a value before
     grad_pairs: dict = field(default_factory=dict)   # saved gradient name -> name of its tensor
     input_ids: object = None
+    invokes: list = field(default_factory=list)      # the INPUT of each `with invoke(...)` block
+    saved_invokes: dict = field(default_factory=dict)  # saved name -> index of the invoke that saved it
 
     def __getitem__(self, name):
         return self.saved[name]
@@ -26,9 +28,12 @@ class SavedValues:
 
     def __init__(self):
         self.by_id: dict = {}            # id -> (label, value, line)
+        self.invoke_of: dict = {}        # id -> index of the invoke whose statement saved it
 
-    def save(self, value, line=None, label=None):
+    def save(self, value, line=None, label=None, invoke=None):
         self.by_id[id(value)] = (label or f"line {line}", value, line or 0)
+        if invoke is not None:
+            self.invoke_of[id(value)] = invoke
         return value
 
     def by_name(self, bound_names: frozenset, namespace: dict) -> dict:

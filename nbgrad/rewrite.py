@@ -5,7 +5,8 @@ import ast
 import copy
 
 from .cellast import (MODULE_EVENTS, const, generator_function, is_backward_block, is_backward_call,
-                      is_event_attr, is_save_call, name, never_runs_yield, position, thunk, touches_events)
+                      is_event_attr, is_invoke_block, is_save_call, name, never_runs_yield, position, thunk,
+                      touches_events)
 from .errors import NbgradError
 from .program import RUNTIME_NAME, TEMP_PREFIX
 
@@ -110,6 +111,9 @@ class Rewriter(ast.NodeTransformer):
     # --- statements that hold other statements --------------------------------------------------
 
     def visit_With(self, node):
+        if is_invoke_block(node):
+            raise NbgradError("`with invoke(...)` must stand at the top level of the cell, "
+                              "not inside another statement", node.lineno)
         if is_backward_block(node):
             raise NbgradError("`with ....backward():` must stand at the top level of the cell, "
                               "not inside another statement", node.lineno)

@@ -48,8 +48,9 @@ class Runtime:
     Read, Write, GradRead, GradWrite, Backward = Read, Write, GradRead, GradWrite, Backward
 
     def __init__(self, program: Program, namespace: dict, model: nn.Module | None = None,
-                 no_grad: bool = False):
+                 no_grad: bool = False, rows=None):
         self.program = program
+        self.rows = rows                 # InvokeRows when the cell has `with invoke(...)` blocks
         self.ns = namespace
         self.model = model
         self.no_grad = no_grad
@@ -68,7 +69,8 @@ class Runtime:
 
     def save(self, value, line=None, label=None):
         """`x.save()` in the cell: keep x after it."""
-        return self.saved.save(value, line, label)
+        current = self.scheduler.current
+        return self.saved.save(value, line, label, current.node.spec.invoke if current is not None else None)
 
     # --- entry points ---------------------------------------------------------------------------
 
@@ -130,6 +132,8 @@ class Runtime:
         self._release_model()
         for store in (self.forward.values, self.gradients.grads, self.gradients.sources):
             store.clear()
+        if self.rows is not None:
+            self.rows.clear()
         self._exited = True
 
     def _claim_model(self) -> None:
@@ -171,5 +175,7 @@ class Runtime:
     def _result(self) -> Result:
         bound = self.program.bound_names
         saved = self.saved.by_name(bound, self.ns)
+        invoke_of = self.saved.invoke_of
         return Result(saved=saved, graph=self.program.graph, shapes=self.shapes,
-                      grad_pairs=grad_pairs(saved, self.gradients.sources, bound, self.ns))
+                      grad_pairs=grad_pairs(saved, self.gradients.sources, bound, self.ns),
+                      saved_invokes={name: invoke_of[id(v)] for name, v in saved.items() if id(v) in invoke_of})

@@ -32,6 +32,7 @@ class Scheduler:
         self.cause = None                # use id of the event being delivered now
         # > 0 while a statement's own code runs: module calls it makes are plain calls, not events
         self.in_statement = 0
+        self.current = None              # the task whose code runs now
 
     def _ready(self, node) -> bool:
         spec = node.spec
@@ -58,12 +59,14 @@ class Scheduler:
         gen, handlers = task.gen, self.handlers
         while True:
             self.in_statement += 1
+            outer, self.current = self.current, task
             try:
                 request = gen.send(value) if error is None else gen.throw(error)
             except StopIteration:
                 request = None      # finish outside the handler, so later errors chain to nothing
             finally:
                 self.in_statement -= 1
+                self.current = outer
             if request is None:
                 self.done.add(task.node.spec.index)
                 self.tasks.remove(task)

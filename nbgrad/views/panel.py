@@ -146,27 +146,50 @@ def items_for(name: str, value, *, tokens=None, tokenizer=None, kind="activation
 
 
 def panel_for_result(result, tokenizer=None, title: str = "") -> Panel:
-    """The panel of a cell's Result; `tokenizer` decodes token ids and logits' top tokens."""
-    tokens = _tokens(result, tokenizer)
+    """The panel of a cell's Result; `tokenizer` decodes token ids and logits' top tokens. With invokes,
+    each invoke's saved values follow a heading that shows its INPUT."""
+    invokes = getattr(result, "invokes", None) or []
+    tokens = _tokens(result, tokenizer) if len(invokes) <= 1 else None
     items, shown = [], set()
-    for name, value in result.saved.items():
-        if id(value) in shown:
-            continue            # an alias of a value shown already (`e = ...; full = e.save()`)
-        shown.add(id(value))
-        partner = result.grad_pairs.get(name)
-        items.extend(items_for(name, value, tokens=tokens, tokenizer=tokenizer,
-                               kind="gradient" if partner else "activation", partner=partner))
+    for heading, names in _groups(result, invokes):
+        if heading is not None:
+            items.append(build.value_item(*heading))
+        for name in names:
+            value = result.saved[name]
+            if id(value) in shown:
+                continue        # an alias of a value shown already (`e = ...; full = e.save()`)
+            shown.add(id(value))
+            partner = result.grad_pairs.get(name)
+            items.extend(items_for(name, value, tokens=tokens, tokenizer=tokenizer,
+                                   kind="gradient" if partner else "activation", partner=partner))
+    items.extend(_leaf_grad_items(result))
+    notes = []
+    if len(items) > MAX_ITEMS:
+        notes.append(f"showing {MAX_ITEMS} of {len(items)} values")
+        items = items[:MAX_ITEMS]
+    return Panel(items, title=title, notes=notes)
+
+
+def _groups(result, invokes: list) -> list:
+    """[(heading or None, saved names)]: one group per invoke, then the values saved outside every invoke."""
+    by_invoke = getattr(result, "saved_invokes", {}) or {}
+    if not invokes:
+        return [(None, list(result.saved))]
+    groups = [((f"invoke {k}", value), [n for n in result.saved if by_invoke.get(n) == k])
+              for k, value in enumerate(invokes)]
+    rest = [name for name in result.saved if name not in by_invoke]
+    return groups + ([(("whole batch", "saved outside every invoke"), rest)] if rest else [])
+
+
+def _leaf_grad_items(result) -> list:
+    items = []
     for name, grad in result.leaf_grads.items():
         if grad is None:
             continue
         note = ("accumulated: .grad already held a value before this pass, so it now holds the sum "
                 "(call .grad.zero_() or zero_grad() between passes)") if name in result.accumulated else None
         items.append(build.tensor_item(f"{name}.grad", grad, kind="gradient", partner=None, note=note))
-    notes = []
-    if len(items) > MAX_ITEMS:
-        notes.append(f"showing {MAX_ITEMS} of {len(items)} values")
-        items = items[:MAX_ITEMS]
-    return Panel(items, title=title, notes=notes)
+    return items
 
 
 def show(value, name: str = "", tokenizer=None) -> Panel:

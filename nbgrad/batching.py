@@ -1,0 +1,98 @@
+"""The inputs of a cell's `with invoke(...)` blocks -> one batch for one model call, and each invoke's
+rows in it. Text is padded on the left, with the attention mask and position ids set so that every
+invoke's values at its real tokens equal running its INPUT alone."""
+from __future__ import annotations
+
+import inspect
+
+import torch
+from torch import nn
+
+from .errors import InputError
+from .inputs import call_arguments
+
+
+def batch_invokes(values: list, invokes: list, model: nn.Module, tokenizer) -> tuple:
+    """(args, kwargs, spans): the model call for all invokes, and [start, stop) of each invoke's rows."""
+    texts = [_is_text(value) for value in values]
+    if all(texts):
+        rows = [_token_rows(value, invoke, tokenizer) for value, invoke in zip(values, invokes)]
+        return _padded_left(rows, model, tokenizer)
+    if any(texts):
+        raise InputError("the invokes mix text and other INPUTs; give every invoke text, or every invoke "
+                         "tensors of one shape", invokes[texts.index(False)].line)
+    calls = []
+    for value, invoke in zip(values, invokes):
+        args, kwargs = call_arguments(value, model, tokenizer)
+        if _rows_of(args, kwargs) == 0:
+            raise InputError(f"invoke({invoke.text}) has no rows", invoke.line)
+        calls.append((args, kwargs))
+    return _concatenated(calls, invokes)
+
+
+def _is_text(value) -> bool:
+    return isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+
+
+def _token_rows(value, invoke, tokenizer) -> list:
+    if tokenizer is None:
+        raise InputError("a text INPUT needs a tokenizer: load the model with nbgrad.load_model, pass "
+                         "--tokenizer EXPR, or give the model a `tokenizer` attribute", invoke.line)
+    prompts = [value] if isinstance(value, str) else value
+    if not prompts:
+        raise InputError(f"invoke({invoke.text}) has no rows: its list of prompts is empty", invoke.line)
+    rows = [tokenizer(prompt)["input_ids"] for prompt in prompts]
+    if any(len(row) == 0 for row in rows):
+        raise InputError(f"invoke({invoke.text}) has an empty prompt: it gives no tokens", invoke.line)
+    return rows
+
+
+def _padded_left(rows_per_invoke: list, model: nn.Module, tokenizer) -> tuple:
+    rows = [row for rows in rows_per_invoke for row in rows]
+    length = max(len(row) for row in rows)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+    ids = torch.tensor([[pad] * (length - len(row)) + list(row) for row in rows])
+    mask = torch.tensor([[0] * (length - len(row)) + [1] * len(row) for row in rows])
+    kwargs = {"input_ids": ids, "attention_mask": mask}
+    if _accepts(model, "position_ids"):
+        kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)
+    return (*call_arguments(kwargs, model, tokenizer), _spans([len(rows) for rows in rows_per_invoke]))
+
+
+def _concatenated(calls: list, invokes: list) -> tuple:
+    first_args, first_kwargs = calls[0]
+    try:
+        args = tuple(_cat([c[0][i] for c in calls]) for i in range(len(first_args)))
+        kwargs = {k: _cat([c[1][k] for c in calls]) for k in first_kwargs}
+    except (RuntimeError, KeyError, IndexError, TypeError) as error:
+        raise InputError(f"the invokes' INPUTs cannot be put in one batch ({error}); give them one shape "
+                         f"(pad them yourself), or give text", invokes[1].line if len(invokes) > 1 else None) from error
+    return args, kwargs, _spans([_rows_of(*call) for call in calls])
+
+
+def _cat(values: list):
+    if all(isinstance(v, torch.Tensor) for v in values):
+        return torch.cat(values, dim=0)
+    if all(v is values[0] or v == values[0] for v in values):
+        return values[0]
+    raise TypeError("the invokes give different non-tensor arguments")
+
+
+def _rows_of(args, kwargs) -> int:
+    first = args[0] if args else next(iter(kwargs.values()), None)
+    return first.shape[0] if isinstance(first, torch.Tensor) and first.dim() > 0 else 1
+
+
+def _spans(counts: list) -> list:
+    spans, start = [], 0
+    for count in counts:
+        spans.append((start, start + count))
+        start += count
+    return spans
+
+
+def _accepts(model: nn.Module, name: str) -> bool:
+    try:
+        return name in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False

@@ -1,0 +1,204 @@
+"""`with invoke(INPUT):` blocks: one batch, each invoke's rows, checked against each INPUT run alone."""
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+import nbgrad
+from helpers import assert_clean, model_state
+
+EIFFEL = "The Eiffel Tower is in the city of"
+COLOSSEUM = "The Colosseum is in"
+SHORT = "Paris"
+
+
+@pytest.fixture(scope="module")
+def model():
+    return nbgrad.load_model()
+
+
+def alone(model, prompt, layer, edit=None, target=None):
+    """One prompt alone, plain hooks: (block `layer` output, logits, d logits[-1, target] / d output)."""
+    ids = nbgrad.tokenizer_for(model)(prompt, return_tensors="pt")["input_ids"]
+    seen = {}
+
+    def hook(module, args, output):
+        if edit is not None:
+            output = output.clone()
+            edit(output)
+        seen["out"] = output
+        return output
+    handle = model.transformer.h[layer].register_forward_hook(hook)
+    try:
+        logits = model(ids).logits
+    finally:
+        handle.remove()
+    grad = torch.autograd.grad(logits[:, -1, target].sum(), seen["out"])[0] if target is not None else None
+    return seen["out"].detach(), logits.detach(), grad
+
+
+def test_clean_to_corrupt_patch_at_the_same_layer(model):
+    before = model_state(model)
+    result = nbgrad.trace(model, None, f"""
+with invoke({EIFFEL!r}):
+    clean = model.transformer.h[3].output[:, -1].save()
+with invoke({COLOSSEUM!r}):
+    model.transformer.h[3].output[:, -1] = clean
+    patched = model.lm_head.output[:, -1].save()
+""", no_grad=True)
+    clean, _, _ = alone(model, EIFFEL, 3)
+
+    def patch(output):
+        output[:, -1] = clean[:, -1]
+    _, patched, _ = alone(model, COLOSSEUM, 3, edit=patch)
+    assert torch.allclose(result.saved["clean"], clean[:, -1], atol=1e-5)
+    assert torch.allclose(result.saved["patched"], patched[:, -1], atol=1e-4)
+    assert result.invokes == [EIFFEL, COLOSSEUM] and result.saved_invokes == {"clean": 0, "patched": 1}
+    assert_clean(model, before)
+
+
+def test_patch_across_layers_and_the_other_invoke_untouched(model):
+    result = nbgrad.trace(model, None, f"""
+with invoke({EIFFEL!r}):
+    early = model.transformer.h[0].output[:, -1].save()
+    own = model.lm_head.output[:, -1].save()
+with invoke({COLOSSEUM!r}):
+    model.transformer.h[2].output[:, -1] = early
+    patched = model.lm_head.output[:, -1].save()
+""", no_grad=True)
+    early, eiffel_logits, _ = alone(model, EIFFEL, 0)
+
+    def patch(output):
+        output[:, -1] = early[:, -1]
+    _, patched, _ = alone(model, COLOSSEUM, 2, edit=patch)
+    assert torch.allclose(result.saved["patched"], patched[:, -1], atol=1e-4)
+    assert torch.allclose(result.saved["own"], eiffel_logits[:, -1], atol=1e-4)     # the edit stayed in its rows
+
+
+def test_three_invokes_of_different_lengths_equal_each_run_alone(model):
+    result = nbgrad.trace(model, None, f"""
+with invoke({EIFFEL!r}):
+    a = model.lm_head.output.save()
+with invoke({SHORT!r}):
+    b = model.lm_head.output.save()
+with invoke({COLOSSEUM!r}):
+    c = model.lm_head.output.save()
+everything = model.lm_head.output.save()
+""", no_grad=True)
+    for name, prompt in (("a", EIFFEL), ("b", SHORT), ("c", COLOSSEUM)):
+        _, logits, _ = alone(model, prompt, 0)
+        real = logits.shape[1]
+        assert torch.allclose(result.saved[name][:, -real:], logits, atol=1e-5), name
+    assert result.saved["everything"].shape[0] == 3       # a statement outside every invoke sees the batch
+
+
+def test_per_invoke_gradients_equal_each_prompts_own_backward(model):
+    before = model_state(model)
+    result = nbgrad.trace(model, None, f"""
+with invoke({EIFFEL!r}):
+    ha = model.transformer.h[1].output
+    la = model.lm_head.output[:, -1, 5].sum()
+with invoke({COLOSSEUM!r}):
+    hb = model.transformer.h[1].output
+    lb = model.lm_head.output[:, -1, 7].sum()
+with (la + lb).backward():
+    gb = hb.grad.save()
+    ga = ha.grad.save()
+""")
+    model.zero_grad(set_to_none=True)
+    _, _, grad_a = alone(model, EIFFEL, 1, target=5)
+    _, _, grad_b = alone(model, COLOSSEUM, 1, target=7)
+    assert torch.allclose(result.saved["ga"], grad_a, atol=1e-6)
+    real = grad_b.shape[1]
+    assert torch.allclose(result.saved["gb"][:, -real:], grad_b, atol=1e-6)
+    assert torch.count_nonzero(result.saved["gb"][:, :-real]) == 0
+    assert result.grad_pairs == {"gb": "hb", "ga": "ha"}
+    model.zero_grad(set_to_none=True)
+    assert_clean(model, before)
+
+
+def test_backward_inside_each_invoke_and_a_gradient_edit_in_one(model):
+    result = nbgrad.trace(model, None, f"""
+with invoke({EIFFEL!r}):
+    ha = model.transformer.h[1].output
+    la = model.lm_head.output[:, -1, 5].sum()
+    with la.backward(retain_graph=True):
+        ga = ha.grad.save()
+with invoke({COLOSSEUM!r}):
+    hb = model.transformer.h[1].output
+    lb = model.lm_head.output[:, -1, 7].sum()
+    with lb.backward():
+        hb.grad[:] = 0
+        early = model.transformer.h[0].output.grad.save()
+""")
+    model.zero_grad(set_to_none=True)
+    _, _, grad_a = alone(model, EIFFEL, 1, target=5)
+    model.zero_grad(set_to_none=True)
+    assert torch.allclose(result.saved["ga"], grad_a, atol=1e-6)
+    # block 0 feeds block 1 only through hb (the residual goes through block 1), so its gradient is zero
+    assert torch.count_nonzero(result.saved["early"]) == 0
+
+
+def test_invoke_with_a_list_is_several_rows(model):
+    result = nbgrad.trace(model, None, f"""
+with invoke([{EIFFEL!r}, {SHORT!r}]):
+    both = model.lm_head.output[:, -1].save()
+with invoke({COLOSSEUM!r}):
+    last = model.lm_head.output[:, -1].save()
+""", no_grad=True)
+    assert result.saved["both"].shape[0] == 2 and result.saved["last"].shape[0] == 1
+    _, short, _ = alone(model, SHORT, 0)
+    assert torch.allclose(result.saved["both"][1], short[0, -1], atol=1e-5)
+
+
+def test_left_padding_with_a_llama_model(tmp_path):
+    tokenizer = nbgrad.tokenizer_for(nbgrad.load_model())
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
+    llama = LlamaForCausalLM(config).eval()
+    result = nbgrad.trace(llama, None, f"""
+with invoke({EIFFEL!r}):
+    a = model.output.logits.save()
+with invoke({SHORT!r}):
+    b = model.output.logits.save()
+""", {"model": llama}, no_grad=True, tokenizer=tokenizer)
+    for name, prompt in (("a", EIFFEL), ("b", SHORT)):
+        logits = llama(tokenizer(prompt, return_tensors="pt")["input_ids"]).logits
+        assert torch.allclose(result.saved[name][:, -logits.shape[1]:], logits, atol=1e-5), name
+
+
+@pytest.mark.parametrize("source, kwargs, message", [
+    (f"with invoke({SHORT!r}):\n    x = model.lm_head.output.save()", {"input": SHORT},
+     "line 1: INPUT on the %%trace line and `with invoke(...)` blocks together"),
+    (f"x = 1\nif True:\n    with invoke({SHORT!r}):\n        y = model.lm_head.output.save()", {},
+     "line 3: `with invoke(...)` must stand at the top level of the cell"),
+    (f"with invoke({SHORT!r}):\n    x = 1\nwith invoke([]):\n    y = model.lm_head.output.save()", {},
+     "line 3: invoke([]) has no rows"),
+    (f"with invoke(''):\n    x = model.lm_head.output.save()", {}, "line 1: invoke('') has an empty prompt"),
+])
+def test_invoke_errors_name_the_line(model, source, kwargs, message):
+    before = model_state(model)
+    with pytest.raises(nbgrad.NbgradError) as caught:
+        nbgrad.trace(model, kwargs.get("input"), source)
+    assert message in str(caught.value)
+    assert_clean(model, before)
+
+
+def test_error_inside_an_invoke_leaves_the_model_clean(model):
+    before = model_state(model)
+    with pytest.raises(ZeroDivisionError):
+        nbgrad.trace(model, None, f"with invoke({SHORT!r}):\n    x = model.transformer.h[0].output\n    y = 1 / 0")
+    assert_clean(model, before)
+
+
+def test_magic_with_invokes_and_its_panel_groups(shell, model):
+    from nbgrad.views import panel_for_result
+    shell.user_ns["model"] = model
+    shell.run_cell(f"%%trace model -q\nwith invoke({EIFFEL!r}):\n    a = model.lm_head.output[:, -1].save()\n"
+                   f"with invoke({SHORT!r}):\n    b = model.lm_head.output[:, -1].save()")
+    assert torch.is_tensor(shell.user_ns["a"]) and shell.user_ns["b"].shape[0] == 1
+    result = nbgrad.trace(model, None, f"with invoke({EIFFEL!r}):\n    a = model.lm_head.output[:, -1].save()\n"
+                                       f"with invoke({SHORT!r}):\n    b = model.lm_head.output[:, -1].save()",
+                          no_grad=True)
+    names = [item["name"] for item in panel_for_result(result, nbgrad.tokenizer_for(model)).items]
+    assert names == ["invoke 0", "a", "invoke 1", "b"]
