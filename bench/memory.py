@@ -1,10 +1,18 @@
-"""Resident memory over many consecutive `%%trace` cells with a backward pass (no gc.collect()).
+"""Memory of `%%trace` cells.
 
-Run: `python bench/memory.py [--cells 1000]`. Prints the growth after warm-up in MB.
+1. Resident memory over many consecutive cells with a backward pass (no gc.collect()): the growth after
+   warm-up in MB.
+2. Peak memory of one trace that saves one block's output and its gradient, against plain forward and
+   tensor hooks doing the same, on a GPT-2-small-shaped model (random weights, from its config): the
+   ratio of the peaks (tensor memory allocated above what the model already holds). On CUDA where there
+   is a GPU (the caching allocator's peak), else on the CPU (the profiler's allocation events).
+
+Run: `python bench/memory.py [--cells 1000] [--tokens 64] [--device cpu|cuda]`.
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 
 CELL = """%%trace model "The capital of France is Paris." -q
@@ -37,10 +45,96 @@ def measure(cells: int, warmup: int = 50) -> tuple:
     return start, end, end - start
 
 
+PEAK_CELL = """h = model.transformer.h[{block}].output.save()
+logits = model.output.logits
+with logits.sum().backward():
+    g = h.grad.save()
+"""
+
+
+def gpt2_small(device):
+    """GPT-2 small's shape (12 blocks, width 768, 50,257 tokens), random weights."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(GPT2Config()).eval().to(device)
+
+
+def plain_hooks(model, ids, block: int, keep_output: bool = False) -> dict:
+    """The oracle: a forward hook keeps the block's output, a tensor hook its gradient. The model's
+    output object (with its KV cache) is dropped once `.logits` is read, unless `keep_output`."""
+    kept = {}
+
+    def on_output(module, args, output):
+        kept["h"] = output
+        output.register_hook(lambda grad: kept.__setitem__("g", grad))
+    handle = model.transformer.h[block].register_forward_hook(on_output)
+    try:
+        output = model(ids)
+        logits = output.logits
+        if not keep_output:
+            del output
+        logits.sum().backward()
+    finally:
+        handle.remove()
+    return kept
+
+
+def plain_hooks_keeping_output(model, ids, block: int) -> dict:
+    return plain_hooks(model, ids, block, keep_output=True)
+
+
+def with_trace(model, ids, block: int) -> dict:
+    import nbgrad
+    return nbgrad.trace(model, ids, PEAK_CELL.format(block=block)).saved
+
+
+def peak_bytes(run, model, ids, block: int) -> int:
+    """Peak tensor memory allocated by `run` above what was allocated before it (parameter grads unset)."""
+    import torch
+    model.zero_grad(set_to_none=True)
+    if ids.device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        kept = run(model, ids, block)
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - base
+    else:
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            kept = run(model, ids, block)
+        events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+                        key=lambda e: e.start_ns())
+        peak = max(itertools.accumulate(e.nbytes() for e in events), default=0)
+    assert kept["h"].shape == kept["g"].shape
+    return peak
+
+
+def peak_ratio(tokens: int = 64, device: str | None = None, block: int = 6) -> tuple:
+    """Peaks in bytes on the GPT-2-small-shaped model, one run each after warm-up: (trace, plain hooks,
+    plain hooks that keep the model's output object through the backward pass as the cell's graph does)."""
+    import torch
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model = gpt2_small(device)
+    ids = torch.randint(0, model.config.vocab_size, (1, tokens), generator=torch.Generator().manual_seed(0))
+    ids = ids.to(device)
+    for run in (plain_hooks, with_trace):      # warm-up: lazy initialisation of kernels and caches
+        run(model, ids, block)
+    return tuple(peak_bytes(run, model, ids, block) for run in (with_trace, plain_hooks, plain_hooks_keeping_output))
+
+
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cells", type=int, default=1000)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--device", default=None)
     args = parser.parse_args(argv)
+    traced, plain, plain_kept = peak_ratio(args.tokens, args.device)
+    print(f"peak memory, GPT-2-small shape, {args.tokens} tokens, saving block 6's output and its gradient: "
+          f"trace {traced / 2 ** 20:.1f} MB, plain hooks {plain / 2 ** 20:.1f} MB: ratio {traced / plain:.3f}x "
+          f"({traced / plain_kept:.3f}x against plain hooks that keep the model's output through backward, "
+          f"as the cell's `model.output` does)")
     start, end, growth = measure(args.cells)
     print(f"{args.cells} %%trace cells with a backward pass: RSS {start:.1f} MB -> {end:.1f} MB "
           f"(growth {growth:+.1f} MB after warm-up, no gc.collect())")

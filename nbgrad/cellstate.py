@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .models import parameters_of
+from .models import parameter_slots
 from .program import RUNTIME_NAME
 
 _MISSING = object()
@@ -26,7 +26,9 @@ class CellState:
     def __init__(self, program, namespace: dict, model: nn.Module | None, active: list):
         self.namespace = namespace
         self.grad_mode = torch.is_grad_enabled()
-        self.flags = [(param, param.requires_grad) for param in parameters_of(model)] if model is not None else []
+        slots = parameter_slots(model) if model is not None else ()
+        self.flags = [(module, name, module._parameters[name].requires_grad) for module, name in slots
+                      if module._parameters.get(name) is not None]
         self.before = {name: namespace.get(name, _MISSING) for name in program.bound_names}
         outer = namespace.get(RUNTIME_NAME, _MISSING)
         # A runtime slot left by a run that is no longer active (a process killed mid-cell) is not restored.
@@ -38,8 +40,9 @@ class CellState:
 
     def restore_grad_state(self) -> None:
         torch.set_grad_enabled(self.grad_mode)
-        for param, flag in self.flags:
-            if param.requires_grad != flag:
+        for module, name, flag in self.flags:
+            param = module._parameters.get(name)
+            if param is not None and param.requires_grad != flag:
                 param.requires_grad_(flag)
 
     def restore_namespace(self, saved_ids) -> None:

@@ -7,12 +7,14 @@ from __future__ import annotations
 import weakref
 
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from .naming import module_path
 
 TARGET = "nbgrad"
 REQUESTS = ("models", "ping")
 MAX_NODES = 5000
+MAX_KEYS_SHOWN, MAX_KEY_CHARS = 5, 40     # an error reply names a few unknown keys, each cut short
 
 _last_shapes: "weakref.WeakKeyDictionary[nn.Module, dict]" = weakref.WeakKeyDictionary()
 _comms: list = []
@@ -28,11 +30,24 @@ def register(ipython) -> None:
 
 def _open(ipython, comm, open_msg) -> None:
     _comms.append(comm)
-    comm.on_msg(lambda msg: comm.send(answer(_data_of(msg), ipython.user_ns)))
+    comm.on_msg(lambda msg: comm.send(reply_to(_data_of(msg), ipython.user_ns)))
     comm.on_close(lambda msg: _comms.remove(comm) if comm in _comms else None)
     data = _data_of(open_msg)
     if data:
-        comm.send(answer(data, ipython.user_ns))
+        comm.send(reply_to(data, ipython.user_ns))
+
+
+def reply_to(data, namespace: dict) -> dict:
+    """`answer`, or an error reply when answering fails: the sidebar always hears back."""
+    try:
+        return answer(data, namespace)
+    except Exception as error:    # anything from a module in the namespace; never out of the comm handler
+        return {"error": f"nbgrad could not list the models: {_brief(error)}"}
+
+
+def _brief(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text[:200]}{'…' if len(text) > 200 else ''}"
 
 
 def _data_of(msg):
@@ -46,9 +61,10 @@ def answer(data, namespace: dict) -> dict:
     """The reply to one message: the model tree, a pong, or an error that says what was wrong."""
     if not isinstance(data, dict):
         return {"error": "a message must be a JSON object like {\"request\": \"models\"}"}
-    unknown = set(data) - {"request", "id"}
+    unknown = sorted(str(key)[:MAX_KEY_CHARS] for key in set(data) - {"request", "id"})
     if unknown:
-        return {"error": f"unknown keys: {', '.join(sorted(str(k)[:40] for k in unknown))}"}
+        more = f" and {len(unknown) - MAX_KEYS_SHOWN} more" if len(unknown) > MAX_KEYS_SHOWN else ""
+        return {"error": f"unknown keys: {', '.join(unknown[:MAX_KEYS_SHOWN])}{more}"}
     request, ident = data.get("request"), data.get("id")
     if not isinstance(request, str) or request not in REQUESTS:
         return {"error": f"unknown request; expected one of: {', '.join(REQUESTS)}"}
@@ -66,10 +82,16 @@ def after_cell(shell, model, result) -> None:
 
 
 def models_in(namespace: dict) -> list:
+    """The tree of each module in the namespace; one that cannot be walked says why instead."""
     models = []
     for name, value in list(namespace.items()):
         if isinstance(value, nn.Module) and isinstance(name, str) and not name.startswith("_"):
-            models.append(module_tree(name, value))
+            try:
+                models.append(module_tree(name, value))
+            except Exception as error:
+                models.append({"name": name, "path": name, "type": type(value).__name__, "params": 0,
+                               "total": 0, "output": None, "grad": None, "children": [],
+                               "error": _brief(error)})
     return models
 
 
@@ -79,7 +101,7 @@ def module_tree(name: str, model: nn.Module) -> dict:
 
     def node(label: str, path: str, module: nn.Module) -> dict:
         budget[0] -= 1
-        own = sum(p.numel() for p in module._parameters.values() if p is not None)
+        own = _numel(module._parameters.values())
         entry = {"name": label, "path": path, "type": type(module).__name__, "params": own,
                  "output": _shape(shapes.get((id(module), "output"))),
                  "grad": _shape(shapes.get((id(module), "grad"))), "children": []}
@@ -88,9 +110,16 @@ def module_tree(name: str, model: nn.Module) -> dict:
                 entry["truncated"] = True
                 break
             entry["children"].append(node(child_name, module_path(path, child_name), child))
-        entry["total"] = sum(p.numel() for p in module.parameters())   # shared (tied) weights once
+        entry["total"] = _numel(module.parameters())   # shared (tied) weights once
+        if any(is_lazy(p) for p in module._parameters.values() if p is not None):
+            entry["lazy"] = True      # its shapes come with the first call (nn.LazyLinear, ...)
         return entry
     return node(name, name, model)
+
+
+def _numel(params) -> int:
+    """Elements of the parameters whose shape is known (a lazy module's are not, until its first call)."""
+    return sum(p.numel() for p in params if p is not None and not is_lazy(p))
 
 
 def _shape(value):

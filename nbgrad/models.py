@@ -1,7 +1,9 @@
 """Loading models, the tokenizer registry, and the embedded default model."""
 from __future__ import annotations
 
+import sys
 import weakref
+from contextlib import contextmanager
 from pathlib import Path
 
 from torch import nn
@@ -11,29 +13,93 @@ from torch.nn.modules.module import (register_module_module_registration_hook,
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "data" / "default"
 
 _tokenizers: "weakref.WeakKeyDictionary[nn.Module, object]" = weakref.WeakKeyDictionary()
+_processors: "weakref.WeakKeyDictionary[nn.Module, object]" = weakref.WeakKeyDictionary()
 _seen: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
 
 
 def load_model(name_or_path: str | None = None, **kwargs) -> nn.Module:
-    """A `transformers` causal LM in eval mode, its tokenizer remembered; the embedded default with no name."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as transformers_logging
-
+    """A `transformers` model of the class its checkpoint names, in eval mode, with its tokenizer (or, for
+    an image model, its image processor) remembered; the embedded default with no name. Keywords such as
+    `dtype`, `device_map`, `max_memory` and `offload_folder` pass through to `from_pretrained`."""
     path = str(DEFAULT_MODEL_DIR) if name_or_path is None else name_or_path
-    quiet = name_or_path is None and transformers_logging.is_progress_bar_enabled()
-    if quiet:       # the embedded model loads in milliseconds: no progress widget left in the notebook
+    model_class = model_class_for(path, **kwargs)
+    with _quiet_progress(name_or_path is None):   # the embedded model loads in milliseconds
+        model = model_class.from_pretrained(path, **kwargs)
+    model.eval()
+    _load_preprocessor(model, path, kwargs)
+    remember(model)
+    return model
+
+
+def model_class_for(path: str, **kwargs) -> type:
+    """The class `config.architectures` names (masked LM, encoder-decoder, image classifier, ...);
+    transformers' causal-LM auto class when the config names none that transformers knows."""
+    import transformers
+    config = transformers.AutoConfig.from_pretrained(path, **_hub_options(kwargs))
+    for name in getattr(config, "architectures", None) or ():
+        candidate = getattr(transformers, str(name), None)
+        if isinstance(candidate, type) and issubclass(candidate, transformers.PreTrainedModel):
+            return candidate
+    return transformers.AutoModelForCausalLM
+
+
+# Keywords of `from_pretrained` that also say where the tokenizer, processor and config come from.
+_HUB_OPTIONS = ("revision", "token", "cache_dir", "local_files_only", "trust_remote_code", "subfolder")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "vocab.txt", "tokenizer.model",
+                    "spiece.model", "sentencepiece.bpe.model")
+
+
+def _hub_options(kwargs: dict) -> dict:
+    return {key: kwargs[key] for key in _HUB_OPTIONS if key in kwargs}
+
+
+@contextmanager
+def _quiet_progress(quiet: bool):
+    from transformers.utils import logging as transformers_logging
+    quiet = quiet and transformers_logging.is_progress_bar_enabled()
+    if quiet:
         transformers_logging.disable_progress_bar()
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        yield
     finally:
         if quiet:
             transformers_logging.enable_progress_bar()
-    model.eval()
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
-        tokenizer.pad_token = tokenizer.eos_token
-    register_tokenizer(model, tokenizer)
-    return model
+
+
+def _load_preprocessor(model: nn.Module, path: str, kwargs: dict) -> None:
+    """Remember the checkpoint's image processor (image models) or tokenizer (the rest), when it has one."""
+    if getattr(model, "main_input_name", "input_ids") == "pixel_values":
+        processor = _optional("image processor", "AutoImageProcessor", path, ("preprocessor_config.json",),
+                              kwargs, "give INPUT as a pixel_values tensor")
+        if processor is not None:
+            _processors[model] = processor
+        return
+    tokenizer = _optional("tokenizer", "AutoTokenizer", path, _TOKENIZER_FILES, kwargs,
+                          "a text INPUT needs --tokenizer EXPR; tensor and dict INPUTs work")
+    if tokenizer is not None:
+        if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+            tokenizer.pad_token = tokenizer.eos_token
+        register_tokenizer(model, tokenizer)
+
+
+def _optional(kind: str, loader: str, path: str, files: tuple, kwargs: dict, remedy: str):
+    """`loader.from_pretrained(path)`, or None with a one-line note when the checkpoint has no `kind`."""
+    import transformers
+    folder = Path(path) / kwargs.get("subfolder", "")
+    if Path(path).is_dir() and not any((folder / name).exists() for name in files):
+        _note(f"{path} has no {kind} saved with it; it loads without one ({remedy}).")
+        return None
+    try:
+        return getattr(transformers, loader).from_pretrained(path, **_hub_options(kwargs))
+    except (OSError, ValueError, ImportError, KeyError) as error:
+        reason = (str(error).strip().splitlines() or [""])[0][:160]
+        _note(f"no {kind} could be loaded for {path} ({type(error).__name__}: {reason}); "
+              f"it loads without one ({remedy}).")
+        return None
+
+
+def _note(text: str) -> None:
+    print(f"nbgrad: {text}", file=sys.stderr)
 
 
 def compiled_inner(model):
@@ -53,6 +119,11 @@ def register_tokenizer(model: nn.Module, tokenizer) -> None:
 def tokenizer_for(model: nn.Module):
     """The tokenizer nbgrad knows for this model (registered, or its `tokenizer` attribute), or None."""
     return _tokenizers.get(model) or getattr(model, "tokenizer", None)
+
+
+def processor_for(model: nn.Module):
+    """The image processor `load_model` found saved with an image model's checkpoint, or None."""
+    return _processors.get(model)
 
 
 def remember(model: nn.Module) -> None:
@@ -78,19 +149,21 @@ register_module_module_registration_hook(_structure_changed)
 register_module_parameter_registration_hook(_structure_changed)
 
 
-def parameters_of(model: nn.Module) -> tuple:
-    """Every parameter of the model, shared ones once (cached until the structure of any module changes)."""
+def parameter_slots(model: nn.Module) -> tuple:
+    """(module, name) of every parameter of the model, shared ones once (cached until the structure of any
+    module changes). Slots, not Parameter objects: accelerate's offload swaps the objects in a module's
+    `_parameters` at every call without registering them, so a cell reads and restores the current one."""
     cached = _parameter_cache.get(model)
     if cached is not None and cached[0] == _structure_version[0]:
         return cached[1]
-    params, seen, stack = [], set(), [model]
+    slots, seen, stack = [], set(), [model]
     while stack:
         module = stack.pop()
-        for param in module._parameters.values():
+        for name, param in module._parameters.items():
             if param is not None and id(param) not in seen:
                 seen.add(id(param))
-                params.append(param)
+                slots.append((module, name))
         stack.extend(child for child in module._modules.values() if child is not None)
-    params = tuple(params)
-    _parameter_cache[model] = (_structure_version[0], params)
-    return params
+    slots = tuple(slots)
+    _parameter_cache[model] = (_structure_version[0], slots)
+    return slots

@@ -25,6 +25,16 @@ export interface IModuleNode {
   grad: number[] | null;
   children: IModuleNode[];
   truncated?: boolean;
+  lazy?: boolean;
+  error?: string;
+}
+
+// A tree this small is built at once; a bigger one (a 32-block model has ~500 modules) builds each
+// branch the first time it is opened, so the sidebar opens at once whatever the model's size.
+const EAGER_NODES = 200;
+
+function size(node: IModuleNode): number {
+  return 1 + node.children.reduce((total, child) => total + size(child), 0);
 }
 
 function el(tag: string, cls?: string, text?: string): HTMLElement {
@@ -158,10 +168,12 @@ export class ModelExplorer extends Widget {
       return;
     }
     this.say(`${models.length} model${models.length > 1 ? 's' : ''} — click a module to insert its path`);
-    this.tree.replaceChildren(...models.map(model => this.branch(model, true)));
+    this.tree.replaceChildren(
+      ...models.map(model => this.branch(model, true, size(model) <= EAGER_NODES))
+    );
   }
 
-  private branch(node: IModuleNode, open: boolean): HTMLElement {
+  private row(node: IModuleNode): HTMLElement {
     const row = el('div', 'nbgrad-node-row');
     const button = el('button', 'nbgrad-node', node.name) as HTMLButtonElement;
     button.type = 'button';
@@ -171,30 +183,63 @@ export class ModelExplorer extends Widget {
     row.appendChild(button);
     row.appendChild(el('span', 'nbgrad-type', node.type));
     row.appendChild(el('span', 'nbgrad-params', `${count(node.total)} params`));
+    if (node.lazy) {
+      row.appendChild(el('span', 'nbgrad-params', 'lazy: shapes after its first call'));
+    }
     if (node.output) {
       row.appendChild(el('span', 'nbgrad-shape', `out [${node.output.join(', ')}]`));
     }
     if (node.grad) {
       row.appendChild(el('span', 'nbgrad-shape nbgrad-grad', `grad [${node.grad.join(', ')}]`));
     }
+    if (node.error) {
+      row.appendChild(el('span', 'nbgrad-note', `cannot list: ${String(node.error)}`));
+    }
+    return row;
+  }
+
+  private branch(node: IModuleNode, open: boolean, eager: boolean): HTMLElement {
     if (!node.children.length) {
       const leaf = el('div', 'nbgrad-leaf');
-      leaf.appendChild(row);
+      leaf.appendChild(this.row(node));
       return leaf;
     }
     const details = document.createElement('details');
     details.className = 'nbgrad-branch';
-    details.open = open;
+    details.dataset.path = node.path;
     const summary = document.createElement('summary');
-    summary.appendChild(row);
+    summary.appendChild(this.row(node));
     details.appendChild(summary);
-    for (const child of node.children) {
-      details.appendChild(this.branch(child, false));
-    }
-    if (node.truncated) {
-      details.appendChild(el('div', 'nbgrad-note', '… more modules not listed'));
+    let built = false;
+    const build = () => {
+      built = true;
+      for (const child of node.children) {
+        details.appendChild(this.branch(child, this.opened.has(child.path), eager));
+      }
+      if (node.truncated) {
+        details.appendChild(el('div', 'nbgrad-note', '… more modules not listed'));
+      }
+    };
+    details.addEventListener('toggle', () => {
+      if (details.open && !built) {
+        build();
+      }
+      this.remember(node.path, details.open);
+    });
+    details.open = open;
+    if (eager || open) {
+      build();
     }
     return details;
+  }
+
+  // Branches the user opened stay open when the tree is rebuilt after a cell.
+  private remember(path: string, open: boolean): void {
+    if (open) {
+      this.opened.add(path);
+    } else {
+      this.opened.delete(path);
+    }
   }
 
   private insert(text: string): void {
@@ -214,6 +259,7 @@ export class ModelExplorer extends Widget {
   }
 
   private followed = new WeakSet<NotebookPanel>();
+  private opened = new Set<string>();
   private status: HTMLElement;
   private tree: HTMLElement;
   private comm: Kernel.IComm | null = null;

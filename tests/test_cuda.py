@@ -1,0 +1,109 @@
+"""On a CUDA GPU: traces, gradients read in hooks that autograd runs on its device thread, edits,
+`%%backward`, and a model split over `cuda:0` and the CPU by accelerate — each against plain PyTorch on
+the same weights. Skipped where `torch.cuda.is_available()` is false."""
+import threading
+
+import pytest
+import torch
+
+import nbgrad
+from nbgrad.inputs import input_device
+from families import save_checkpoint
+from helpers import hook_count, tiny_gpt2
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+GPU = torch.device("cuda", 0)
+IDS = torch.tensor([[3, 14, 15, 92, 65, 35]])      # on the CPU: nbgrad moves INPUT to the model's device
+CLOSE = dict(rtol=1e-4, atol=1e-5)
+
+
+def _plain(model, ids, block, edit=False):
+    seen = {}
+
+    def hook(module, args, output):
+        if edit:
+            output[:, 0] = 0
+        seen["h"] = output
+    handle = block.register_forward_hook(hook)
+    try:
+        logits = model(ids.to(GPU)).logits
+    finally:
+        handle.remove()
+    return seen["h"], logits
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_trace_and_gradient_on_the_gpu(dtype):
+    model = tiny_gpt2().to(GPU, dtype)
+    result = nbgrad.trace(model, IDS, "h = model.transformer.h[1].output.save()\n"
+                                      "with model.output.logits.float().pow(2).mean().backward():\n"
+                                      "    g = h.grad.save()\n")
+    hidden, logits = _plain(model, IDS, model.transformer.h[1])
+    expected, = torch.autograd.grad(logits.float().pow(2).mean(), hidden)
+    for name, value in (("h", hidden), ("g", expected)):
+        assert result.saved[name].device == GPU and result.saved[name].dtype == dtype
+        torch.testing.assert_close(result.saved[name], value)
+    assert hook_count(model) == 0
+
+
+def test_gradient_hook_runs_on_autograd_device_thread_and_is_read():
+    model = tiny_gpt2().to(GPU)
+    result = nbgrad.trace(model, IDS, "h = model.transformer.h[0].output.save()\n"
+                                      "with model.output.logits.sum().backward():\n"
+                                      "    g = h.grad.save()\n")
+    hidden, logits = _plain(model, IDS, model.transformer.h[0])
+    threads = []
+    hidden.register_hook(lambda grad: threads.append(threading.get_ident()))
+    expected, = torch.autograd.grad(logits.sum(), hidden)
+    # The case this test is for: autograd runs a CUDA tensor's hooks on its device thread, not this one.
+    assert threads and threads[0] != threading.get_ident()
+    torch.testing.assert_close(result.saved["g"], expected)
+
+
+def test_edit_on_the_gpu_equals_a_plain_hook_edit():
+    model = tiny_gpt2().to(GPU)
+    result = nbgrad.trace(model, IDS, "model.transformer.h[1].output[:, 0] = 0\n"
+                                      "logits = model.output.logits.save()", no_grad=True)
+    with torch.no_grad():
+        _, edited = _plain(model, IDS, model.transformer.h[1], edit=True)
+        _, unedited = _plain(model, IDS, model.transformer.h[1])
+    torch.testing.assert_close(result.saved["logits"], edited)
+    assert not torch.allclose(edited, unedited)
+
+
+def test_standalone_backward_cell_on_gpu_tensors(shell):
+    shell.user_ns.update(net=tiny_gpt2().to(GPU), ids=IDS)
+    shell.run_cell_magic("trace", "net ids -q", "hs = net.transformer.h[1].output.save()\n"
+                                                "logits = net.output.logits.save()\n")
+    shell.run_cell_magic("backward", "logits.sum() -q", "g = hs.grad.save()")
+    namespace = shell.user_ns
+    net = namespace["net"]
+    net.zero_grad(set_to_none=True)
+    hidden, logits = _plain(net, IDS, net.transformer.h[1])
+    expected, = torch.autograd.grad(logits.sum(), hidden)
+    assert namespace["g"].device == GPU
+    torch.testing.assert_close(namespace["g"], expected)
+
+
+SPLIT = {"model.embed_tokens": 0, "model.rotary_emb": 0, "model.layers.0": 0, "model.layers.1": "cpu",
+         "model.norm": "cpu", "lm_head": "cpu"}
+SPLIT_CELL = ("h0 = model.model.layers[0].output.save()\n"
+              "h1 = model.model.layers[1].output.save()\n"
+              "model.model.layers[1].output[:, 0] = 0\n"
+              "logits = model.output.logits.save()\n"
+              "with logits.pow(2).mean().backward():\n"
+              "    g0 = h0.grad.save()\n")
+
+
+def test_model_split_over_gpu_and_cpu_equals_the_cpu_model(tmp_path):
+    path = str(save_checkpoint("llama", tmp_path))
+    split = nbgrad.load_model(path, device_map=SPLIT)
+    assert input_device(split) == GPU
+    saved = nbgrad.trace(split, IDS, SPLIT_CELL).saved
+    expected = nbgrad.trace(nbgrad.load_model(path), IDS, SPLIT_CELL).saved
+    assert saved["h0"].device == GPU and saved["g0"].device == GPU     # saved where they were produced
+    assert saved["h1"].device.type == "cpu"
+    for name, value in expected.items():
+        torch.testing.assert_close(saved[name].cpu(), value, msg=name, **CLOSE)
+    assert hook_count(split) == 0
