@@ -71,6 +71,44 @@ SCALE_ALL = "for i in range(len(model.transformer.h)):\n    model.transformer.h[
 GRAD_ONE = "hs = model.transformer.h[1].output\nwith model.output.logits.sum().backward():\n    g = hs.grad.save()"
 
 
+PATCH_INVOKES = """
+with invoke(CLEAN):
+    clean = model.transformer.h[3].output[:, -1].save()
+with invoke(CORRUPT):
+    model.transformer.h[3].output[:, -1] = clean
+    patched = model.lm_head.output[:, -1].save()
+"""
+
+
+def raw_patch_batch(model, batch):
+    """The same patch on a batch of the two prompts (left-padded once, outside the timing), raw hooks."""
+    kept = {}
+
+    def patch(module, args, output):
+        output[1, -1] = output[0, -1]
+    handles = [model.transformer.h[3].register_forward_hook(patch),
+               model.lm_head.register_forward_hook(lambda m, a, o: kept.setdefault("patched", o[1:, -1]))]
+    try:
+        with torch.no_grad():
+            model(**batch)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return kept
+
+
+def invoke_scenario(model, runs: int) -> tuple:
+    """(f): two invokes with a patch vs the same patch with raw hooks on a batch."""
+    from nbgrad.batching import batch_invokes
+    from nbgrad.compiler import compile_cell
+    namespace = {"model": model, "CLEAN": "The Eiffel Tower is in the city of", "CORRUPT": "The Colosseum is in"}
+    program = compile_cell(PATCH_INVOKES)
+    _, batch, _ = batch_invokes([namespace["CLEAN"], namespace["CORRUPT"]], program.invokes, model,
+                                nbgrad.tokenizer_for(model))
+    return ratio(lambda: nbgrad.trace(model, None, PATCH_INVOKES, namespace, no_grad=True),
+                 lambda: raw_patch_batch(model, batch), runs)
+
+
 def timed(fn) -> float:
     start = time.perf_counter()
     fn()
@@ -119,6 +157,8 @@ def run_all(name, model, ids, runs, with_grad=True):
     for label, (ours, raw) in scenarios.items():
         rows[label] = ratio(ours, raw, runs)
     rows["(d) (a) through %%trace -q"] = magic_scenario(model, ids, runs)
+    if nbgrad.tokenizer_for(model) is not None:
+        rows["(f) two invokes with a patch"] = invoke_scenario(model, runs)
     for label, (r, ours, raw) in rows.items():
         print(f"  {label:34s} {r:5.3f}x   nbgrad {ours * 1e3:7.3f} ms   raw hooks {raw * 1e3:7.3f} ms")
     return rows
