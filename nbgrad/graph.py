@@ -39,10 +39,21 @@ class BackwardPass:
     block: bool                      # written as `with LOSS.backward():`
 
 
+@dataclass(frozen=True)
+class Run:
+    """One moment of a run: a statement started, or was woken by an event it waited for."""
+    node: int
+    line: int
+    woke_by: str | None              # the event (`model.transformer.h[3].output`), None when it started
+    phase: str                       # "before the model runs", "forward", "backward pass 0", ...
+
+
 @dataclass
 class HookGraph:
     nodes: list = field(default_factory=list)
     passes: list = field(default_factory=list)
+    runs: list = field(default_factory=list)     # Run, in the order things happened (after a run)
+    failed: int | None = None                    # the node whose statement raised, when the cell failed
 
     def events(self):
         return [event for node in self.nodes for event in node.events]
@@ -80,6 +91,12 @@ class HookGraph:
                 lines.append(f"      inside invoke {node.invoke} (its rows of the batch)")
         lines.append("edges:")
         lines.extend(f"  {edge}" for edge in self.edges() or ["(none)"])
+        if self.runs:
+            lines.append("run order:")
+            lines.extend(f"  {run.phase}: line {run.line} " + (f"woken by {run.woke_by}" if run.woke_by else "started")
+                         for run in self.runs)
+        if self.failed is not None:
+            lines.append(f"failed: node {self.failed} (line {self.nodes[self.failed].line})")
         return "\n".join(lines)
 
     def edges(self) -> list:
@@ -106,4 +123,6 @@ class HookGraph:
                       for n in self.nodes],
             "passes": [{"index": p.index, "line": p.line, "source": p.source, "block": p.block}
                        for p in self.passes],
+            "runs": [{"node": r.node, "line": r.line, "woke_by": r.woke_by, "phase": r.phase} for r in self.runs],
+            "failed": self.failed,
         }

@@ -76,8 +76,7 @@ class NbgradMagics(Magics):
         namespace = self.shell.user_ns
         model = self._model(head)
         if args.graph:
-            print(api.trace(model, None, cell, namespace, graph=True).graph.to_text())
-            return None
+            return _show_graph(api.trace(model, None, cell, namespace, graph=True).graph, f"%%trace {line.strip()}")
         tokenizer = self._evaluate(args.tokenizer, "--tokenizer") if args.tokenizer else None
         value = self._evaluate(input_text, "INPUT") if input_text is not None else None
         result = api.trace(model, value, cell, namespace, no_grad=args.no_grad, tokenizer=tokenizer)
@@ -102,8 +101,7 @@ class NbgradMagics(Magics):
             raise UsageError("usage: %%backward LOSS [options]; see %%backward?")
         namespace = self.shell.user_ns
         if args.graph:
-            print(api.backward(None, cell, namespace, graph=True).graph.to_text())
-            return None
+            return _show_graph(api.backward(None, cell, namespace, graph=True).graph, f"%%backward {line.strip()}")
         loss = self._evaluate(loss_text, "LOSS")
         grad_output = self._evaluate(args.grad_output, "--grad-output") if args.grad_output else None
         result = api.backward(loss, cell, namespace, grad_output=grad_output, retain_graph=args.retain_graph,
@@ -175,6 +173,13 @@ class NbgradMagics(Magics):
         from .views import panel_for_result
         display(panel_for_result(result, tokenizer_for(model) if model is not None else None, title))
 
+
+
+def _show_graph(graph, title: str) -> None:
+    """`--graph`: the hook graph as a picture, its text form beside it (what a terminal prints)."""
+    from IPython.display import display
+    from .views.hookgraph import HookGraphPicture
+    display(HookGraphPicture(graph.to_dict(), graph.to_text(), title))
 
 
 def _explain_unsaved(shell, etype, value, tb, tb_offset=None):

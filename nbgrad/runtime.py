@@ -11,6 +11,7 @@ resumed when what it waits for exists, every hook removed and every flag restore
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -19,6 +20,7 @@ from . import hints
 from .cellstate import CellState
 from .errors import NbgradError, for_the_cell
 from .forward import ForwardEvents
+from .graph import Run
 from .gradients import GradientEvents
 from .hookset import HookSet
 from .program import Backward, GradRead, GradWrite, Program, Read, Write
@@ -63,6 +65,7 @@ class Runtime:
         self.scheduler.handlers = {Read: self.forward.read, Write: self.forward.write,
                                    GradRead: self.gradients.read, GradWrite: self.gradients.write,
                                    Backward: self.gradients.backward}
+        self.scheduler.phase = self._phase
         self.state = None                # CellState, once the run has taken its snapshot
         self._claimed = False            # whether this run holds its model in `_tracing`
         self._exited = False
@@ -104,6 +107,10 @@ class Runtime:
             return self._result()
         except BaseException as error:
             hints.add_hints(error, self)
+            try:
+                error.nbgrad_graph = self.graph()      # what ran, and which statement failed
+            except AttributeError:
+                pass
             raise for_the_cell(error)
         finally:
             try:
@@ -160,6 +167,20 @@ class Runtime:
                 del _tracing[id(self.model)]
             self._claimed = False
 
+    def _phase(self) -> str:
+        if self.gradients.running:
+            return f"backward pass {self.gradients.running[-1]}"
+        if self.forward.model_running:
+            return "forward"
+        return "after the forward pass" if self.forward.done else "before the model runs"
+
+    def graph(self):
+        """The hook graph with what happened in this run: which event woke each statement, and when."""
+        uses, nodes = self.program.uses, self.program.graph.nodes
+        runs = [Run(node, nodes[node].line, uses[use].describe() if use is not None else None, phase)
+                for node, use, phase in self.scheduler.timeline]
+        return replace(self.program.graph, runs=runs, failed=self.scheduler.failed)
+
     # --- end of the cell ------------------------------------------------------------------------
 
     def _check_finished(self) -> None:
@@ -176,6 +197,6 @@ class Runtime:
         bound = self.program.bound_names
         saved = self.saved.by_name(bound, self.ns)
         invoke_of = self.saved.invoke_of
-        return Result(saved=saved, graph=self.program.graph, shapes=self.shapes,
+        return Result(saved=saved, graph=self.graph(), shapes=self.shapes,
                       grad_pairs=grad_pairs(saved, self.gradients.sources, bound, self.ns),
                       saved_invokes={name: invoke_of[id(v)] for name, v in saved.items() if id(v) in invoke_of})

@@ -33,6 +33,9 @@ class Scheduler:
         # > 0 while a statement's own code runs: module calls it makes are plain calls, not events
         self.in_statement = 0
         self.current = None              # the task whose code runs now
+        self.timeline: list = []         # (node index, use id of the event that woke it or None, phase)
+        self.phase = lambda: ""          # where the run is now ("forward", "backward pass 0", ...)
+        self.failed = None               # index of the node whose code raised
 
     def _ready(self, node) -> bool:
         spec = node.spec
@@ -50,6 +53,7 @@ class Scheduler:
                     self.unstarted.remove(node)
                     task = Task(node, types.FunctionType(node.code, self.namespace)(), self.cause)
                     self.tasks.append(task)
+                    self.timeline.append((node.spec.index, None, self.phase()))
                     self._advance(task, None)
                     progressed = True
                     break
@@ -64,6 +68,10 @@ class Scheduler:
                 request = gen.send(value) if error is None else gen.throw(error)
             except StopIteration:
                 request = None      # finish outside the handler, so later errors chain to nothing
+            except BaseException:
+                if self.failed is None:
+                    self.failed = task.node.spec.index
+                raise
             finally:
                 self.in_statement -= 1
                 self.current = outer
@@ -96,6 +104,7 @@ class Scheduler:
                 waiting.sort(key=lambda pair: pair[0].node.spec.index)
             for task, request in waiting:
                 task.cause = self.cause
+                self.timeline.append((task.node.spec.index, request.use, self.phase()))
                 try:
                     answered, value = self.handlers[type(request)](task, request)
                 except Exception as raised:
