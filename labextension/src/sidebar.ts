@@ -186,6 +186,10 @@ export class ModelExplorer extends Widget {
     if (node.lazy) {
       row.appendChild(el('span', 'nbgrad-params', 'lazy: shapes after its first call'));
     }
+    if (node.output || node.grad) {
+      row.classList.add('nbgrad-touched');
+      row.title = 'the last traced cell touched this module';
+    }
     if (node.output) {
       row.appendChild(el('span', 'nbgrad-shape', `out [${node.output.join(', ')}]`));
     }
