@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from .cellast import EVENT_ATTRS, event_root, is_event_attr, root_name
+from .cellast import event_root, is_event_attr, root_name
 
 
 class _BoundNames(ast.NodeVisitor):
@@ -110,8 +110,7 @@ def written_events(stmt: ast.stmt) -> set:
     written = set()
     for node in ast.walk(stmt):
         for target in _edited_place(node):
-            edited = target.value if isinstance(target, ast.Attribute) and target.attr in EVENT_ATTRS else target
-            root = event_root(edited)
+            root = event_root(target)        # `M.output[:, 0] = v`, `M.output.mul_(2)`, `T.grad.zero_()`
             if root is not None:
                 written.add(id(root))
     return written
