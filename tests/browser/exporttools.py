@@ -57,6 +57,7 @@ class Server:
     def __init__(self, argv: list, cwd: Path, port: int, env: dict | None = None, log: Path | None = None):
         self.port, self.url = port, f"http://127.0.0.1:{port}"
         self.log_path = log or Path(tempfile.mkstemp(prefix="nbgrad-server-", suffix=".log")[1])
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log = open(self.log_path, "w")
         self.process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                         start_new_session=True)
@@ -89,10 +90,6 @@ def server_args(port: int) -> list:
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         args.append("--allow-root")
     return args
-
-
-def free_port() -> int:
-    return _free_port()
 
 
 def kernel_expression(page, code: str, expression: str, timeout=120_000) -> str:
