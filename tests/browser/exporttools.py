@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-from labtools import TOKEN, _free_port
+from labtools import TOKEN
 
 REPO = Path(__file__).resolve().parents[2]
 PANEL_MIME = "application/vnd.nbgrad.panel+json"
