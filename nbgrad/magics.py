@@ -5,7 +5,7 @@ import ast
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, kwds, magic_arguments, parse_argstring
 
 from . import api
 from .errors import InputError, NbgradError, for_the_cell
@@ -56,7 +56,8 @@ def _cell_errors(magic):
 @magics_class
 class NbgradMagics(Magics):
 
-    @magic_arguments()
+    @magic_arguments()      # usage: argparse prints %% as %, and IPython puts one more % in front
+    @kwds(usage="%%trace MODEL [INPUT] [--no-grad] [-q] [--graph] [--tokenizer EXPR]")
     @argument("model", help="name of a torch.nn.Module in the notebook's namespace")
     @argument("input", nargs="?", help="Python expression: a string or list of strings (tokenized), "
                                         "a tensor, a dict / BatchEncoding (keyword arguments) or a tuple")
@@ -84,6 +85,7 @@ class NbgradMagics(Magics):
         return None
 
     @magic_arguments()
+    @kwds(usage="%%backward LOSS [--grad-output EXPR] [--retain-graph] [--create-graph] [-q] [--graph]")
     @argument("loss", help="expression for the tensor to backpropagate from")
     @argument("--grad-output", default=None, help="expression: the vector of a vector-Jacobian product")
     @argument("--retain-graph", action="store_true", help="keep the graph for another backward pass")

@@ -1,27 +1,63 @@
 """`%nbgrad`: what nbgrad sees in this kernel."""
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
+import json
+from pathlib import Path
 
 from . import __version__, models
 
+NAME = "nbgrad"
+
 
 def extension_state() -> str:
-    """'enabled', 'disabled' or 'not installed', as `jupyter labextension list` reports nbgrad."""
+    """The JupyterLab extension as JupyterLab finds it from this environment's Jupyter paths: where it is
+    installed (first `labextensions` directory that holds it) and whether page_config disables it.
+    Read from files, as `jupyter labextension list` does, without starting that command."""
+    from jupyter_core.paths import jupyter_path
+    package = next((Path(base, NAME, "package.json") for base in jupyter_path("labextensions")
+                    if Path(base, NAME, "package.json").is_file()), None)
+    if package is None:
+        return "not installed"
     try:
-        out = subprocess.run([sys.executable, "-m", "jupyter", "labextension", "list"],
-                             capture_output=True, text=True, timeout=60)
-        text = out.stdout + out.stderr
-    except (OSError, subprocess.SubprocessError):
-        return "unknown (jupyter labextension list did not run)"
-    for line in re.sub(r"\x1b\[[0-9;]*m", "", text).splitlines():
-        words = line.split()
-        if words[:1] == ["nbgrad"]:
-            state = "enabled" if "enabled" in words else "disabled"
-            return f"{state}, OK" if "OK" in words else f"{state}, with problems: {line.strip()}"
-    return "not installed"
+        version = json.loads(package.read_text(encoding="utf-8")).get("version", "?")
+    except (OSError, ValueError):
+        return f"installed at {package.parent}, but its package.json cannot be read"
+    disabled = disabled_extensions()
+    state = "disabled" if disabled.get(NAME) else "enabled"
+    plugins = sorted(name for name, off in disabled.items() if off and name.startswith(f"{NAME}:"))
+    notes = [f"version {version}"]
+    if version != __version__:
+        notes.append(f"the Python package is {__version__}: reinstall nbgrad")
+    if plugins:
+        notes.append(f"plugins disabled: {', '.join(plugins)}")
+    return f"{state} ({'; '.join(notes)}; {package.parent})"
+
+
+def disabled_extensions() -> dict:
+    """`disabledExtensions` merged over every page_config JupyterLab reads, lowest priority first: the
+    application settings, then each Jupyter config directory's `labconfig/` (system up to user), as
+    jupyter_server's ConfigManager merges them."""
+    from jupyter_core.paths import ENV_JUPYTER_PATH, jupyter_config_path
+    files = [Path(ENV_JUPYTER_PATH[0], "lab", "settings", "page_config.json")]
+    for directory in reversed(jupyter_config_path()):
+        labconfig = Path(directory, "labconfig")
+        files.extend(sorted(labconfig.glob("page_config.d/*.json")))    # a directory's own file wins
+        files.append(labconfig / "page_config.json")
+    merged: dict = {}
+    for path in files:
+        merged.update(_disabled_in(path))
+    return merged
+
+
+def _disabled_in(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() and path.stat().st_size else {}
+    except (OSError, ValueError):
+        return {}
+    disabled = data.get("disabledExtensions", {}) if isinstance(data, dict) else {}
+    if isinstance(disabled, list):
+        return {name: True for name in disabled if isinstance(name, str)}
+    return {k: bool(v) for k, v in disabled.items()} if isinstance(disabled, dict) else {}
 
 
 def report(namespace: dict) -> str:

@@ -1,4 +1,6 @@
 """A notebook executed headless keeps static pictures of its panels: an nbconvert HTML export shows them."""
+import json
+
 import nbformat
 from nbclient import NotebookClient
 from nbconvert import HTMLExporter
@@ -21,3 +23,24 @@ def test_html_export_shows_the_static_panel(tmp_path):
     assert "hidden_state" in body and "logits" in body
     assert body.count('src="data:image/png;base64,') >= 4     # heatmap and histogram of each
     assert "<script>alert(1)</script>" not in body
+
+
+def _export(tmp_path, cells):
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(source) for source in cells]
+    # nbclient's default, as `jupyter nbconvert --execute`: the state of every widget is saved.
+    NotebookClient(notebook, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    return notebook, HTMLExporter().from_notebook_node(notebook)[0]
+
+
+def test_export_keeps_the_static_picture_when_widget_state_is_saved(tmp_path):
+    setup = "%load_ext nbgrad\nimport torch"
+    show = "%show torch.arange(6.0).reshape(2, 3)"
+    notebook, body = _export(tmp_path, [setup, show])
+    assert body.count('src="data:image/png;base64,') == 2
+    # Why the bundle carries no widget in JupyterLab: where it does, nbconvert draws the widget view
+    # from the saved state instead (a script from a CDN, nothing offline) and drops the picture.
+    notebook, body = _export(tmp_path, [setup + "\nimport nbgrad.views.live as live\nlive.LIVE_WIDGET = True", show])
+    assert "application/vnd.jupyter.widget-state+json" in json.dumps(notebook.metadata)
+    assert 'src="data:image/png;base64,' not in body and "application/vnd.jupyter.widget-view+json" in body

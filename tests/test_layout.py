@@ -11,7 +11,7 @@ MAX_FILE_LINES = 300
 MAX_FUNCTION_LINES = 40
 # The engine: compiling a cell and running it. It never reaches up into the layers built on it.
 ENGINE = {"program", "cellast", "dataflow", "rewrite", "compiler", "graph", "errors", "hookset", "scheduler",
-          "forward", "gradients", "cellstate", "result", "runtime", "diagnose"}
+          "forward", "gradients", "cellstate", "result", "runtime", "diagnose", "rows", "hints"}
 ABOVE_ENGINE = {"magics", "views", "comm", "api", "status", "attribution"}
 
 

@@ -93,11 +93,15 @@ def test_big_tensors_are_bounded_and_fast(shape, vocab):
         assert panel.items[0]["topk"]["tokens"][0][0].startswith("<t")
 
 
-def test_bundle_carries_widget_static_data_html_and_text():
+def test_bundle_carries_static_data_html_and_text_and_a_widget_where_wanted(monkeypatch):
+    from nbgrad.views import live
     bundle = show(torch.ones(2, 2), "ones")._repr_mimebundle_()
     assert MIME_TYPE in bundle and "text/html" in bundle and "text/plain" in bundle
-    assert "application/vnd.jupyter.widget-view+json" in bundle
     assert 'src="data:image/png;base64,' in bundle["text/html"]
+    assert "application/vnd.jupyter.widget-view+json" not in bundle     # JupyterLab draws the MIME data
+    monkeypatch.setattr(live, "LIVE_WIDGET", True)
+    assert "application/vnd.jupyter.widget-view+json" in show(torch.ones(2, 2), "ones")._repr_mimebundle_()
+    live.close_all()
 
 
 def test_labels_are_escaped_in_static_html():

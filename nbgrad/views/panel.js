@@ -109,19 +109,62 @@ function legend(hm, slice, palettes) {
     ctx.fillStyle = `rgb(${rgb[0]},${rgb[1]},${rgb[2]})`;
     ctx.fillRect(x, 0, 1, 10);
   }
-  box.appendChild(el("span", null, fmt(slice.lo)));
-  box.appendChild(bar);
-  box.appendChild(el("span", null, fmt(slice.hi)));
+  box.append(el("span", null, fmt(slice.lo)), bar, el("span", null, fmt(slice.hi)));
   if (hm.signed) box.appendChild(el("span", "nbg-note", "(0 = white)"));
   return box;
+}
+
+function sliderControls(hm, chosen, redraw) {
+  const controls = el("div", "nbg-controls");
+  hm.sliders.forEach((slider, i) => {
+    if (slider.size <= 1) return;
+    const label = el("label", null, `axis ${slider.axis}: `);
+    const input = el("input", "nbg-slider");
+    input.type = "range"; input.min = "0"; input.max = String(slider.indices.length - 1); input.value = "0";
+    const shown = el("span", null, String(slider.indices[0]));
+    input.addEventListener("input", () => {
+      chosen[i] = Number(input.value);
+      shown.textContent = String(slider.indices[chosen[i]]);
+      redraw();
+    });
+    label.append(input, shown);
+    controls.appendChild(label);
+  });
+  return controls;
+}
+
+function showValueOnHover(canvas, hm, currentSlice, hover) {
+  canvas.addEventListener("mousemove", (event) => {
+    const rect = canvas.getBoundingClientRect();
+    const c = Math.floor(((event.clientX - rect.left) / rect.width) * hm.cols.length);
+    const r = Math.floor(((event.clientY - rect.top) / rect.height) * hm.rows.length);
+    if (r < 0 || c < 0 || r >= hm.rows.length || c >= hm.cols.length) return;
+    const slice = currentSlice();
+    const value = slice.lo + (decode(slice.data)[r * hm.cols.length + c] / 255) * (slice.hi - slice.lo);
+    const rowName = hm.token_rows ? `token ${JSON.stringify(hm.row_labels[r])}` : `row ${hm.rows[r]}`;
+    hover.textContent = `${rowName}, col ${hm.cols[c]}: ≈ ${fmt(value)}`;
+  });
+}
+
+function withTokenLabels(hm, canvas, cellH) {
+  if (!hm.token_rows || cellH < 6) return canvas;
+  const wrap = el("div", "nbg-row");
+  const labels = el("div", "nbg-token-labels");
+  labels.style.display = "flex"; labels.style.flexDirection = "column";
+  for (const text of hm.row_labels) {
+    const label = el("div", "nbg-token", text);
+    label.style.height = `${cellH}px`; label.style.lineHeight = `${cellH}px`;
+    label.style.fontSize = `${Math.min(11, cellH)}px`; label.style.whiteSpace = "pre";
+    labels.appendChild(label);
+  }
+  wrap.append(labels, canvas);
+  return wrap;
 }
 
 function heatmapView(item, palettes) {
   const hm = item.heatmap;
   const box = el("div", "nbg-heatmap");
-  const controls = el("div", "nbg-controls");
-  const canvas = el("canvas");
-  canvas.className = "nbg-heatmap-canvas";
+  const canvas = el("canvas", "nbg-heatmap-canvas");
   const hover = el("div", "nbg-hover", "hover a cell for its value");
   const legendHolder = el("div");
   // Cells are sized per axis: a few long rows (tokens x hidden) stay tall enough to read.
@@ -130,56 +173,13 @@ function heatmapView(item, palettes) {
   const chosen = hm.sliders.map(() => 0);
   const byKey = new Map(hm.slices.map((s) => [s.key.join(","), s]));
   let current = hm.slices[0];
-  function redraw() {
-    const key = hm.sliders.map((s, i) => s.indices[chosen[i]]).join(",");
-    current = byKey.get(key) || hm.slices[0];
+  const redraw = () => {
+    current = byKey.get(hm.sliders.map((s, i) => s.indices[chosen[i]]).join(",")) || hm.slices[0];
     drawHeatmap(canvas, hm, current, palettes, cellW, cellH);
     legendHolder.replaceChildren(legend(hm, current, palettes));
-  }
-  hm.sliders.forEach((slider, i) => {
-    if (slider.size <= 1) return;
-    const label = el("label", null, `axis ${slider.axis}: `);
-    const input = el("input");
-    input.type = "range"; input.min = "0"; input.max = String(slider.indices.length - 1); input.value = "0";
-    input.className = "nbg-slider";
-    const shown = el("span", null, String(slider.indices[0]));
-    input.addEventListener("input", () => {
-      chosen[i] = Number(input.value);
-      shown.textContent = String(slider.indices[chosen[i]]);
-      redraw();
-    });
-    label.appendChild(input); label.appendChild(shown);
-    controls.appendChild(label);
-  });
-  canvas.addEventListener("mousemove", (event) => {
-    const rect = canvas.getBoundingClientRect();
-    const c = Math.floor(((event.clientX - rect.left) / rect.width) * hm.cols.length);
-    const r = Math.floor(((event.clientY - rect.top) / rect.height) * hm.rows.length);
-    if (r < 0 || c < 0 || r >= hm.rows.length || c >= hm.cols.length) return;
-    const level = decode(current.data)[r * hm.cols.length + c];
-    const value = current.lo + (level / 255) * (current.hi - current.lo);
-    const rowName = hm.token_rows ? `token ${JSON.stringify(hm.row_labels[r])}` : `row ${hm.rows[r]}`;
-    hover.textContent = `${rowName}, col ${hm.cols[c]}: ≈ ${fmt(value)}`;
-  });
-  box.appendChild(controls);
-  if (hm.token_rows) {
-    const wrap = el("div", "nbg-row");
-    const labels = el("div", "nbg-token-labels");
-    labels.style.display = "flex"; labels.style.flexDirection = "column";
-    for (const text of hm.row_labels) {
-      const label = el("div", "nbg-token", text);
-      label.style.height = `${cellH}px`; label.style.lineHeight = `${cellH}px`;
-      label.style.fontSize = `${Math.min(11, cellH)}px`; label.style.whiteSpace = "pre";
-      labels.appendChild(label);
-    }
-    if (cellH >= 6) wrap.appendChild(labels);
-    wrap.appendChild(canvas);
-    box.appendChild(wrap);
-  } else {
-    box.appendChild(canvas);
-  }
-  box.appendChild(legendHolder);
-  box.appendChild(hover);
+  };
+  showValueOnHover(canvas, hm, () => current, hover);
+  box.append(sliderControls(hm, chosen, redraw), withTokenLabels(hm, canvas, cellH), legendHolder, hover);
   for (const note of hm.notes) box.appendChild(el("div", "nbg-note", note));
   redraw();
   return box;
@@ -199,9 +199,8 @@ function histogramView(hist) {
   });
   box.appendChild(canvas);
   const axis = el("div", "nbg-legend");
-  axis.appendChild(el("span", null, fmt(hist.lo)));
-  axis.appendChild(el("span", "nbg-note", hist.sampled ? ` histogram of ${hist.sampled} sampled values ` : " histogram "));
-  axis.appendChild(el("span", null, fmt(hist.hi)));
+  const what = hist.sampled ? ` histogram of ${hist.sampled} sampled values ` : " histogram ";
+  axis.append(el("span", null, fmt(hist.lo)), el("span", "nbg-note", what), el("span", null, fmt(hist.hi)));
   box.appendChild(axis);
   return box;
 }
@@ -215,7 +214,10 @@ function topkView(topk) {
   topk.positions.forEach((position, p) => {
     const row = el("tr");
     row.appendChild(el("td", null, position));
-    topk.tokens[p].forEach((token, i) => row.appendChild(el("td", null, `${JSON.stringify(token)} ${(topk.probs[p][i] * 100).toFixed(1)}%`)));
+    topk.tokens[p].forEach((token, i) => {
+      const prob = topk.probs[p][i];    // null where the logits held NaN
+      row.appendChild(el("td", null, `${JSON.stringify(token)} ${prob === null ? "–" : `${(prob * 100).toFixed(1)}%`}`));
+    });
     table.appendChild(row);
   });
   return table;
@@ -225,8 +227,8 @@ function card(item, palettes) {
   const box = el("div", "nbg-card");
   box.dataset.name = item.name;
   const head = el("div");
-  head.appendChild(el("span", "nbg-name", item.name));
-  head.appendChild(el("span", `nbg-kind nbg-${item.kind}`, item.kind));
+  head.append(el("span", "nbg-name", item.name), el("span", `nbg-kind nbg-${item.kind}`, item.kind));
+  if (item.kind === "gradient" && item.partner) head.appendChild(el("span", "nbg-note nbg-of", ` of ${item.partner}`));
   box.appendChild(head);
   if (item.note) box.appendChild(el("div", "nbg-note nbg-warning", item.note));
   if (item.kind === "value") {
@@ -234,12 +236,27 @@ function card(item, palettes) {
     return box;
   }
   box.appendChild(summaryLine(item));
-  const row = el("div", "nbg-row");
+  const row = box.appendChild(el("div", "nbg-row"));
   if (item.heatmap) row.appendChild(heatmapView(item, palettes));
   if (item.histogram) row.appendChild(histogramView(item.histogram));
-  box.appendChild(row);
   if (item.topk) box.appendChild(topkView(item.topk));
   return box;
+}
+
+// A gradient joins the tab of the value it flowed into, whichever of the two was saved first.
+function groupItems(items) {
+  const byName = new Map(items.map((item) => [item.name, item]));
+  const head = (item, seen) => {
+    const up = item.kind === "gradient" ? byName.get(item.partner) : undefined;
+    return up && up !== item && !seen.has(up) ? head(up, seen.add(item)) : item;
+  };
+  const groups = new Map();
+  for (const item of items) {
+    const top = head(item, new Set());
+    if (!groups.has(top)) groups.set(top, [top]);
+    if (item !== top) groups.get(top).push(item);
+  }
+  return [...groups.values()];
 }
 
 export function renderPanel(root, payload) {
@@ -248,11 +265,7 @@ export function renderPanel(root, payload) {
   const panel = el("div", "nbgrad-panel");
   if (payload.title) panel.appendChild(el("div", "nbg-title", payload.title));
   for (const note of payload.notes || []) panel.appendChild(el("div", "nbg-note", note));
-  const groups = [];
-  for (const item of payload.items) {
-    const partner = item.kind === "gradient" && groups.find((g) => g[0].name === item.partner);
-    if (partner) partner.push(item); else groups.push([item]);
-  }
+  const groups = groupItems(payload.items);
   const tabs = el("div", "nbg-tabs");
   const body = el("div", "nbg-body");
   const select = (index) => {
@@ -262,8 +275,7 @@ export function renderPanel(root, payload) {
     body.replaceChildren(row);
   };
   groups.forEach((group, index) => {
-    const label = group.map((item) => item.name).join(" + ");
-    const tab = el("button", "nbg-tab", label);
+    const tab = el("button", "nbg-tab", group.map((item) => item.name).join(" + "));
     tab.type = "button";
     tab.addEventListener("click", () => select(index));
     tabs.appendChild(tab);

@@ -1,21 +1,20 @@
-"""The inline panel: one display bundle with a live widget, the data for the JupyterLab renderer,
-static HTML (pictures as PNG) and plain text."""
+"""The inline panel: one display bundle with the data for nbgrad's renderer, static HTML (pictures as
+PNG), plain text, and the live widget where the front end needs one (see `live`)."""
 from __future__ import annotations
 
-import base64
-import html
-import json
 from collections.abc import Mapping
 
-import numpy as np
 import torch
 
+from . import live
 from . import payload as build
-from .palette import heatmap_png, histogram_png
+from .gradients import gradient_targets
+from .static import static_html, text_summary
 
 MIME_TYPE = "application/vnd.nbgrad.panel+json"
 MAX_ITEMS = 24
-STATS = ("min", "max", "mean", "std", "norm")
+
+__all__ = ["MIME_TYPE", "Panel", "panel_for_result", "show", "static_html", "text_summary"]
 
 
 class Panel:
@@ -34,90 +33,23 @@ class Panel:
         return PanelWidget(payload=self.payload)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        bundle = {}
-        try:
-            widget_bundle = self.widget()._repr_mimebundle_()
-            bundle.update(widget_bundle[0] if isinstance(widget_bundle, tuple) else widget_bundle)
-        except Exception:       # no widget machinery here: the static forms still show
-            pass
+        bundle = self._widget_bundle() if live.wants_widget() else {}
         bundle[MIME_TYPE] = self.payload
         bundle["text/html"] = static_html(self.payload)
         bundle["text/plain"] = text_summary(self.payload)
         return bundle
 
+    def _widget_bundle(self) -> dict:
+        try:
+            widget = self.widget()
+            data = widget._repr_mimebundle_()
+        except Exception:       # no widget machinery here: the static forms still show
+            return {}
+        live.track(widget)
+        return dict(data[0] if isinstance(data, tuple) else data)
+
     def __repr__(self):
         return text_summary(self.payload)
-
-
-def text_summary(data: dict) -> str:
-    lines = [data["title"]] if data.get("title") else []
-    for item in data["items"]:
-        if item["kind"] == "value":
-            lines.append(f"{item['name']}: {item['value']}")
-            continue
-        s = item["summary"]
-        stats = " ".join(f"{k}={s[k]:.4g}" for k in STATS if s.get(k) is not None)
-        bad = f" NaN={s.get('nan', 0)} Inf={s.get('inf', 0)}" if s.get("nan") or s.get("inf") else ""
-        lines.append(f"{item['name']} ({item['kind']}): {tuple(s['shape'])} {s['dtype']} {s['device']} "
-                     f"{stats}{bad}" + (f"  [{item['note']}]" if item.get("note") else ""))
-    return "\n".join(lines)
-
-
-def _img(png: bytes, alt: str) -> str:
-    return (f'<img alt="{html.escape(alt)}" style="image-rendering:pixelated;border:1px solid #eee" '
-            f'src="data:image/png;base64,{base64.b64encode(png).decode()}"/>')
-
-
-def static_html(data: dict) -> str:
-    """The panel as plain HTML: what a notebook shows without a kernel or any extension."""
-    esc = html.escape
-    parts = ['<div class="nbgrad-static" style="font-family:sans-serif;font-size:12px">']
-    if data.get("title"):
-        parts.append(f"<div><b>{esc(data['title'])}</b></div>")
-    for item in data["items"]:
-        parts.append('<div style="border:1px solid #ddd;border-radius:4px;padding:4px 8px;margin:4px 0">')
-        parts.append(f"<div><code><b>{esc(item['name'])}</b></code> <small>{esc(item['kind'])}</small></div>")
-        if item.get("note"):
-            parts.append(f"<div><i>{esc(item['note'])}</i></div>")
-        if item["kind"] == "value":
-            parts.append(f"<pre>{esc(item['value'])}</pre>")
-        else:
-            parts.extend(_tensor_html(item))
-        parts.append("</div>")
-    parts.append("</div>")
-    return "".join(parts)
-
-
-def _tensor_html(item: dict) -> list:
-    """Summary line, stats, heatmap, histogram and top tokens of one tensor item, as HTML parts."""
-    esc = html.escape
-    s = item["summary"]
-    cells = "".join(f"<td>{esc(k)} {esc(format(s[k], '.4g'))}</td>" for k in STATS if s.get(k) is not None)
-    for key in ("nan", "inf"):
-        count = s.get(key, 0)
-        style = ' style="color:#b00020;font-weight:bold"' if count else ""
-        cells += f"<td{style}>{key.upper()} {count}</td>"
-    grad = f"grad_fn={s['grad_fn']}" if s.get("grad_fn") else f"requires_grad={s['requires_grad']}"
-    parts = [f"<div><code>{esc(str(tuple(s['shape'])))} {esc(s['dtype'])} {esc(s['device'])} {esc(grad)}"
-             f"</code></div><table><tr>{cells}</tr></table>"]
-    hm = item.get("heatmap")
-    if hm:
-        first = hm["slices"][0]
-        levels = np.frombuffer(base64.b64decode(first["data"]), dtype=np.uint8).reshape(len(hm["rows"]), len(hm["cols"]))
-        scale = max(1, min(8, 480 // max(len(hm["cols"]), 1)))
-        parts.append(_img(heatmap_png(levels, hm["signed"], scale), f"heatmap of {item['name']}"))
-        parts.append(f"<div><small>colour range {first['lo']:.4g} … {first['hi']:.4g}"
-                     f"{' (diverging, 0 = white)' if hm['signed'] else ''}</small></div>")
-    if item.get("histogram"):
-        parts.append(_img(histogram_png(item["histogram"]["counts"]), f"histogram of {item['name']}"))
-    if item.get("topk"):
-        topk = item["topk"]
-        rows = "".join(
-            f"<tr><td>{esc(pos)}</td>" + "".join(f"<td>{esc(json.dumps(tok))} {p * 100:.1f}%</td>"
-                                               for tok, p in zip(topk["tokens"][i], topk["probs"][i])) + "</tr>"
-            for i, pos in enumerate(topk["positions"]))
-        parts.append(f"<table>{rows}</table>")
-    return parts
 
 
 def _tokens(result, tokenizer) -> list | None:
@@ -141,7 +73,7 @@ def items_for(name: str, value, *, tokens=None, tokenizer=None, kind="activation
     items = []
     for sub_name, sub_value in pairs:
         if isinstance(sub_value, (torch.Tensor, Mapping, list, tuple)):
-            items.extend(items_for(sub_name, sub_value, tokens=tokens, tokenizer=tokenizer))
+            items.extend(items_for(sub_name, sub_value, tokens=tokens, tokenizer=tokenizer, kind=kind))
     return items or [build.value_item(name, value)]
 
 
@@ -151,6 +83,7 @@ def panel_for_result(result, tokenizer=None, title: str = "") -> Panel:
     invokes = getattr(result, "invokes", None) or []
     tokens = _tokens(result, tokenizer) if len(invokes) <= 1 else None
     items, shown = [], set()
+    gradients = gradient_targets(result.graph, result.saved)
     for heading, names in _groups(result, invokes):
         if heading is not None:
             items.append(build.value_item(*heading))
@@ -159,9 +92,9 @@ def panel_for_result(result, tokenizer=None, title: str = "") -> Panel:
             if id(value) in shown:
                 continue        # an alias of a value shown already (`e = ...; full = e.save()`)
             shown.add(id(value))
-            partner = result.grad_pairs.get(name)
-            items.extend(items_for(name, value, tokens=tokens, tokenizer=tokenizer,
-                                   kind="gradient" if partner else "activation", partner=partner))
+            partner = result.grad_pairs.get(name) or gradients.get(name) or None
+            kind = "gradient" if name in result.grad_pairs or name in gradients else "activation"
+            items.extend(items_for(name, value, tokens=tokens, tokenizer=tokenizer, kind=kind, partner=partner))
     items.extend(_leaf_grad_items(result))
     notes = []
     if len(items) > MAX_ITEMS:

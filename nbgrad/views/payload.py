@@ -131,7 +131,13 @@ def top_tokens(tensor: torch.Tensor, tokenizer, tokens: list | None) -> dict | N
     values, indices = probs.topk(TOP_K, dim=-1)
     return {"positions": [tokens[p] if tokens and p < len(tokens) else str(p) for p in positions],
             "tokens": [[tokenizer.decode([int(i)]) for i in row] for row in indices],
-            "probs": [[round(float(v), 4) for v in row] for row in values]}
+            "probs": [[_probability(v) for v in row] for row in values]}
+
+
+def _probability(value) -> float | None:
+    """Rounded for the payload; NaN logits give NaN probabilities, written as null (JSON has no NaN)."""
+    value = _float(value)
+    return None if value is None else round(value, 4)
 
 
 def tensor_item(name: str, tensor: torch.Tensor, *, kind: str = "activation", partner: str | None = None,

@@ -1,0 +1,73 @@
+"""The live widget behind a panel: which front ends get one, and how many a long session keeps.
+
+JupyterLab and Notebook 7 draw a panel from its own MIME data with nbgrad's renderer, which is as
+interactive as the widget and needs no kernel, so there the display bundle carries no widget. VS Code
+draws widgets but not nbgrad's MIME type: it gets the anywidget as well. A widget only where one is
+needed also keeps `jupyter nbconvert --to html` on the static picture: nbconvert prefers a widget view
+whose state the notebook saved (`nbconvert --execute` and nbclient save it by default) over the
+bundle's HTML, and the script that would draw it comes from a CDN.
+
+Each cell keeps only the widgets of its latest run: running it again closes the earlier ones. At most
+MAX_LIVE panel widgets stay open in a session; beyond that the oldest close (their outputs go blank).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+LIVE_WIDGET = None      # None: only where the front end needs it (VS Code); True: always; False: never
+MAX_LIVE = 64
+
+_live: OrderedDict = OrderedDict()      # id(widget) -> (widget, cell, execution)
+
+
+def wants_widget(shell=None) -> bool:
+    """Whether a panel's display bundle should carry the live widget."""
+    if LIVE_WIDGET is not None:
+        return bool(LIVE_WIDGET)
+    shell = shell if shell is not None else _shell()
+    # VS Code's Jupyter extension binds this name in every kernel it runs.
+    return shell is not None and "__vsc_ipynb_file__" in getattr(shell, "user_ns", {})
+
+
+def track(widget, shell=None) -> None:
+    """Keep `widget` open; close the widgets of earlier runs of the same cell, and the oldest past MAX_LIVE."""
+    cell, execution = current_execution(shell if shell is not None else _shell())
+    if cell is not None:
+        for key, (_, old_cell, old_execution) in list(_live.items()):
+            if old_cell == cell and old_execution != execution:
+                _close(key)
+    _live[id(widget)] = (widget, cell, execution)
+    while len(_live) > MAX_LIVE:
+        _close(next(iter(_live)))
+
+
+def current_execution(shell) -> tuple:
+    """(cell, execution) of the request the kernel is running: the front end's cell id (JupyterLab,
+    Notebook 7 and VS Code send one) or else the cell's code, and the request's message id."""
+    kernel = getattr(shell, "kernel", None)
+    try:
+        parent = kernel.get_parent() or {}
+    except Exception:           # no kernel (plain IPython), or one without per-request parents
+        return None, None
+    metadata, content = parent.get("metadata") or {}, parent.get("content") or {}
+    cell = metadata.get("cellId") or content.get("code")
+    return cell, (parent.get("header") or {}).get("msg_id")
+
+
+def live_count() -> int:
+    return len(_live)
+
+
+def close_all() -> None:
+    for key in list(_live):
+        _close(key)
+
+
+def _close(key) -> None:
+    widget = _live.pop(key)[0]
+    widget.close()
+
+
+def _shell():
+    from IPython import get_ipython
+    return get_ipython()

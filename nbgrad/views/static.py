@@ -1,0 +1,89 @@
+"""A panel without any front-end code: plain text, and HTML with its pictures as PNG. This is what a
+notebook shows with no kernel and no extension, and what an `nbconvert --to html` export shows."""
+from __future__ import annotations
+
+import base64
+import html
+import json
+
+import numpy as np
+
+from .palette import heatmap_png, histogram_png
+
+STATS = ("min", "max", "mean", "std", "norm")
+esc = html.escape
+
+
+def text_summary(data: dict) -> str:
+    lines = [data["title"]] if data.get("title") else []
+    for item in data["items"]:
+        if item["kind"] == "value":
+            lines.append(f"{item['name']}: {item['value']}")
+            continue
+        s = item["summary"]
+        stats = " ".join(f"{k}={s[k]:.4g}" for k in STATS if s.get(k) is not None)
+        bad = f" NaN={s.get('nan', 0)} Inf={s.get('inf', 0)}" if s.get("nan") or s.get("inf") else ""
+        of = f" of {item['partner']}" if item["kind"] == "gradient" and item.get("partner") else ""
+        lines.append(f"{item['name']} ({item['kind']}{of}): {tuple(s['shape'])} {s['dtype']} {s['device']} "
+                     f"{stats}{bad}" + (f"  [{item['note']}]" if item.get("note") else ""))
+    return "\n".join(lines)
+
+
+def static_html(data: dict) -> str:
+    parts = ['<div class="nbgrad-static" style="font-family:sans-serif;font-size:12px">']
+    if data.get("title"):
+        parts.append(f"<div><b>{esc(data['title'])}</b></div>")
+    parts.extend(_item_html(item) for item in data["items"])
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _item_html(item: dict) -> str:
+    of = f" of <code>{esc(item['partner'])}</code>" if item["kind"] == "gradient" and item.get("partner") else ""
+    parts = ['<div style="border:1px solid #ddd;border-radius:4px;padding:4px 8px;margin:4px 0">',
+             f"<div><code><b>{esc(item['name'])}</b></code> <small>{esc(item['kind'])}{of}</small></div>"]
+    if item.get("note"):
+        parts.append(f"<div><i>{esc(item['note'])}</i></div>")
+    if item["kind"] == "value":
+        return "".join(parts) + f"<pre>{esc(item['value'])}</pre></div>"
+    parts.append(_summary_html(item["summary"]))
+    if item.get("heatmap"):
+        parts.append(_heatmap_html(item["heatmap"], item["name"]))
+    if item.get("histogram"):
+        parts.append(_img(histogram_png(item["histogram"]["counts"]), f"histogram of {item['name']}"))
+    if item.get("topk"):
+        parts.append(_topk_html(item["topk"]))
+    return "".join(parts) + "</div>"
+
+
+def _summary_html(s: dict) -> str:
+    cells = "".join(f"<td>{esc(k)} {esc(format(s[k], '.4g'))}</td>" for k in STATS if s.get(k) is not None)
+    for key in ("nan", "inf"):
+        count = s.get(key, 0)
+        style = ' style="color:#b00020;font-weight:bold"' if count else ""
+        cells += f"<td{style}>{key.upper()} {count}</td>"
+    grad = f"grad_fn={s['grad_fn']}" if s.get("grad_fn") else f"requires_grad={s['requires_grad']}"
+    return (f"<div><code>{esc(str(tuple(s['shape'])))} {esc(s['dtype'])} {esc(s['device'])} {esc(grad)}"
+            f"</code></div><table><tr>{cells}</tr></table>")
+
+
+def _heatmap_html(hm: dict, name: str) -> str:
+    first = hm["slices"][0]
+    levels = np.frombuffer(base64.b64decode(first["data"]), dtype=np.uint8).reshape(len(hm["rows"]), len(hm["cols"]))
+    scale = max(1, min(8, 480 // max(len(hm["cols"]), 1)))
+    return (_img(heatmap_png(levels, hm["signed"], scale), f"heatmap of {name}") +
+            f"<div><small>colour range {first['lo']:.4g} … {first['hi']:.4g}"
+            f"{' (diverging, 0 = white)' if hm['signed'] else ''}</small></div>")
+
+
+def _topk_html(topk: dict) -> str:
+    def cell(token, p):
+        return f"<td>{esc(json.dumps(token))} {'–' if p is None else f'{p * 100:.1f}%'}</td>"
+    rows = "".join(f"<tr><td>{esc(pos)}</td>" + "".join(cell(t, p) for t, p in zip(topk["tokens"][i], topk["probs"][i]))
+                   + "</tr>" for i, pos in enumerate(topk["positions"]))
+    return f"<table>{rows}</table>"
+
+
+def _img(png: bytes, alt: str) -> str:
+    return (f'<img alt="{esc(alt)}" style="image-rendering:pixelated;border:1px solid #eee" '
+            f'src="data:image/png;base64,{base64.b64encode(png).decode()}"/>')

@@ -1,0 +1,58 @@
+"""The panel's front end on a bare page, through anywidget's `render({model, el})` contract and nothing
+else: what VS Code's widget renderer gives it (VS Code itself cannot run here). No JupyterLab API,
+no network; tabs pair gradients in either order, NaN logits read as "–"."""
+import base64
+import json
+import re
+from pathlib import Path
+
+import torch
+
+import nbgrad
+from nbgrad.views import panel_for_result, show
+
+PANEL_JS = Path(nbgrad.__file__).resolve().parent / "views" / "panel.js"
+
+
+class Vocab:
+    def __len__(self):
+        return 7
+
+    def decode(self, ids):
+        return f"<t{ids[0]}>"
+
+
+def _render(page, payload) -> None:
+    source = base64.b64encode(PANEL_JS.read_bytes()).decode()
+    page.set_content("<html><body><div id='out'></div></body></html>")
+    page.evaluate("""async ([source, payload]) => {
+        const module = await import('data:text/javascript;base64,' + source);
+        const model = { get: (key) => payload, on: () => {} };     // anywidget's model, as any host gives it
+        module.default.render({ model, el: document.getElementById('out') });
+    }""", [source, payload])
+
+
+def test_panel_js_uses_no_host_api():
+    text = PANEL_JS.read_text()
+    assert not re.search(r"^\s*import\b|require\(|@jupyterlab|jupyterapp|@jupyter-widgets", text, re.M)
+
+
+def test_bare_page_renders_pairs_and_reads_nan(page, default_model):
+    result = nbgrad.trace(default_model, "Hello World", """
+with model.output.logits.sum().backward():
+    g = model.transformer.h[1].output.grad.save()
+h = model.transformer.h[1].output.save()
+""")
+    default_model.zero_grad(set_to_none=True)
+    _render(page, json.loads(json.dumps(panel_for_result(result, nbgrad.tokenizer_for(default_model)).payload)))
+    assert page.locator(".nbg-tab").all_inner_texts() == []           # one group: no tab bar
+    assert page.locator(".nbg-card .nbg-name").all_inner_texts() == ["h", "g"]
+    assert "of h" in page.locator(".nbg-card").nth(1).inner_text()
+
+    logits = torch.randn(1, 3, 7, generator=torch.Generator().manual_seed(0))
+    logits[0, 0, 0] = float("nan")
+    _render(page, json.loads(json.dumps(show(logits, "logits", tokenizer=Vocab()).payload, allow_nan=False)))
+    rows = page.locator("table.nbg-topk tr")
+    assert rows.nth(1).inner_text().count("–") == 5 and "%" in rows.nth(2).inner_text()
+    canvas = page.locator("canvas.nbg-heatmap-canvas")
+    assert canvas.evaluate("c => c.width > 0 && c.height > 0")

@@ -1,0 +1,43 @@
+"""Panel widgets in a real kernel, driven as a notebook front end drives it (requests name their cell):
+none where nbgrad's renderer draws the panel, one per cell where a widget is needed however often the
+cell runs, and never more than the session's bound. bench/widgets.py runs 1,000 cells."""
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import widgets  # noqa: E402
+
+SETUP = "%load_ext nbgrad\nimport torch"
+SHOW = "%show torch.arange(12.0).reshape(3, 4)"
+
+
+@pytest.fixture
+def kernel():
+    session = widgets.Kernel()
+    session.run(SETUP, "setup")
+    yield session
+    session.stop()
+
+
+def test_jupyterlab_gets_no_widget(kernel):
+    for i in range(3):
+        kernel.run(SHOW, f"cell-{i}")
+    assert kernel.probe()["widgets"] == 0
+
+
+def test_rerunning_a_cell_keeps_one_widget_and_the_session_is_bounded(kernel):
+    kernel.run("__vsc_ipynb_file__ = 'x.ipynb'\nimport nbgrad.views.live as live\nlive.MAX_LIVE = 3", "setup-2")
+    for _ in range(4):
+        kernel.run(SHOW, "a")
+    assert kernel.probe()["widgets"] == 1
+    kernel.run(SHOW + "\n" + SHOW, "b")               # two panels from one run of a cell: both stay
+    assert kernel.probe()["widgets"] == 3
+    kernel.run(SHOW, "a")                             # a's earlier widget closes, a's new one opens
+    assert kernel.probe()["widgets"] == 3
+    for i in range(3):
+        kernel.run(SHOW, f"c-{i}")
+    found = kernel.run("", "probe-2", {"live": "live.live_count()", **widgets.PROBE})
+    assert found["live"]["data"]["text/plain"] == "3" and found["widgets"]["data"]["text/plain"] == "3"
