@@ -7,6 +7,7 @@ import base64
 import html
 import io
 import math
+import textwrap
 import warnings
 
 import torch
@@ -64,7 +65,7 @@ class AttributionView:
         head = f"<div><b>{html.escape(self.title)}</b></div>" if self.title else ""
         body = TokenHeatmap(self.cols, self.scores).spans() if self.rows is None else self._grid_html()
         notes = "".join(f'<div style="font-size:11px;color:#444">{html.escape(n)}</div>' for n in self.notes)
-        legend = legend_html(self.bound(), "hover a cell for its value")
+        legend = legend_html(self.bound(), f"hover a {'token' if self.rows is None else 'cell'} for its value")
         return (f'<div class="nbgrad-tokens nbgrad-attribution" style="font-family:sans-serif;font-size:12px">'
                 f"{head}{body}{legend}{notes}{self._checked_html()}</div>")
 
@@ -108,7 +109,8 @@ class AttributionView:
                 f"<th>exact patching</th></tr>{body}</table>")
 
     def png(self) -> bytes:
-        return figure_png(self.grid.numpy(), self.rows, self.cols, self.title, self.bound())
+        checked = None if self.exact is None else (~torch.isnan(self.exact.reshape(self.grid.shape))).numpy()
+        return figure_png(self.grid.numpy(), self.rows, self.cols, self.title, self.bound(), checked)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         return {"text/html": self.html(), "image/png": base64.b64encode(self.png()).decode(),
@@ -120,19 +122,24 @@ def _plain(label: str) -> str:
     return visible(label).replace("$", r"\$")
 
 
-def figure_png(grid, rows: list | None, cols: list, title: str, bound: float) -> bytes:
+def figure_png(grid, rows: list | None, cols: list, title: str, bound: float, checked=None) -> bytes:
+    """The heatmap as a PNG: labels on both axes, a colour bar, a dot on each cell checked exactly."""
     import matplotlib
     matplotlib.use("Agg", force=False)
     from matplotlib.colors import ListedColormap
     from matplotlib.figure import Figure
     height, width = grid.shape
-    fig = Figure(figsize=(min(14, 2.5 + 0.35 * width), min(14, 1.6 + 0.28 * height)), dpi=90)
+    size = (min(14, 2.5 + 0.35 * width), min(14, 1.6 + 0.28 * height + (0.4 if rows else 0)))
+    fig = Figure(figsize=size, dpi=90)
     ax = fig.add_subplot()
     image = ax.imshow(grid, cmap=ListedColormap(DIVERGING / 255.0), vmin=-(bound or 1.0), vmax=bound or 1.0,
                       aspect="auto", interpolation="nearest")
     ax.set_xticks(range(width), [_plain(c) for c in cols], rotation=90, fontsize=7, family="monospace")
     ax.set_yticks(range(height), [_plain(r) for r in rows] if rows else [""] * height, fontsize=7)
-    ax.set_title(_plain(title), fontsize=9)
+    if checked is not None:
+        ys, xs = checked.nonzero()
+        ax.scatter(xs, ys, s=6, c="black", marker="o", label="checked exactly")
+    ax.set_title(textwrap.fill(_plain(title), width=int(size[0] * 13)), fontsize=8)
     fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02).ax.tick_params(labelsize=7)
     buffer = io.BytesIO()
     with warnings.catch_warnings():
