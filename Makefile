@@ -45,6 +45,7 @@ bench: install
 	$(PY) bench/overhead.py
 	$(PY) bench/memory.py
 	$(PY) bench/panels.py
+	$(PY) bench/attribution.py
 
 clean:
 	rm -rf $(VENV) node_modules labextension/lib nbgrad/labextension build dist *.egg-info
