@@ -47,13 +47,13 @@ class SiteFunction:
 
     def __init__(self, model: nn.Module, module: nn.Module, prompt: Prompt, score):
         self.model, self.module, self.prompt, self.score = model, module, prompt, score
-        self.calls = []
+        self.after_each_call = []
 
     def __call__(self, activation: torch.Tensor) -> torch.Tensor:
         args, kwargs = self.prompt.expanded(activation.shape[0])
         with hooked([replacing(self.module, lambda _original: activation)]):
             output = self.model(*args, **kwargs)
-        for tick in self.calls:
+        for tick in self.after_each_call:
             tick()
         return self.score(output)
 
@@ -108,7 +108,7 @@ def _integrated(forward: SiteFunction, activation, base, steps: int, batch_size:
     from captum.attr import IntegratedGradients
     batches = math.ceil(steps / batch_size)
     with progress(batches + 2, "integrated gradients") as bar:
-        forward.calls.append(bar.update)
+        forward.after_each_call.append(bar.update)
         attributions, delta = IntegratedGradients(forward).attribute(
             activation, baselines=base, n_steps=steps, method="gausslegendre", internal_batch_size=batch_size,
             return_convergence_delta=True)
