@@ -59,6 +59,7 @@ bench: install
 	$(PY) bench/memory.py
 	$(PY) bench/panels.py
 	$(PY) bench/widgets.py
+	$(PY) bench/attribution.py
 
 clean:
 	rm -rf $(VENV) node_modules labextension/lib nbgrad/labextension build dist *.egg-info

@@ -141,6 +141,26 @@ class NbgradMagics(Magics):
             raise NbgradError(f"%gradgraph needs a tensor; `{expression}` is a {type(value).__name__}")
         display(GradGraph(value, tensor_names(self.shell.user_ns), expression))
 
+    @magic_arguments()
+    @argument("model", help="name of a torch.nn.Module in the notebook's namespace")
+    @argument("input", nargs="?", help="Python expression: the prompt (one string, ids, or a dict)")
+    @argument("--target", default=None, help="expression: a token (string; its first token id), a token id, "
+                                              "or a callable logits -> scalar")
+    @argument("--method", default="ig", choices=["ig", "saliency", "grad-x-input"], help="default: ig")
+    @argument("--steps", type=int, default=64, help="interpolation points of integrated gradients")
+    @argument("--site", default=None, help="module path whose output is attributed (default: input embeddings)")
+    @argument("--baseline", default=None, help="expression: zeros by default, a tensor, or a prompt of the same "
+                                                "length")
+    @argument("--batch-size", type=int, default=16, help="interpolation points run at a time")
+    @line_magic
+    @_cell_errors
+    def attribute(self, line, cell=""):
+        """Token attribution for one prediction, shown as a token heatmap; returns the Attribution
+        (`a = %attribute ...` keeps it). Same as `nbgrad.attribute`."""
+        __tracebackhide__ = True
+        from .attribution.magic import attribute_line
+        return attribute_line(self, line, self.attribute)
+
     @line_magic
     def nbgrad(self, line):
         """Version, extension state, models seen, hooks live."""

@@ -53,3 +53,11 @@ def histogram_png(counts, width: int = 240, height: int = 60) -> bytes:
             top = int(round(height * (1 - count / counts.max())))
             image[top:, int(index * bar):max(int(index * bar) + 1, int((index + 1) * bar) - 1)] = (70, 110, 180)
     return png(image)
+
+
+def diverging_rgb(values, bound: float | None = None) -> list:
+    """(r, g, b) per value on the diverging map, centred on zero: ±bound are the ends (default max |value|)."""
+    values = np.nan_to_num(np.asarray(values, dtype=np.float64).reshape(-1), nan=0.0)
+    bound = bound or float(np.abs(values).max(initial=0.0)) or 1.0
+    levels = np.clip(np.round((values / bound + 1) / 2 * 255), 0, 255).astype(int)
+    return [tuple(int(c) for c in DIVERGING[level]) for level in levels]

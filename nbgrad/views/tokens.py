@@ -5,7 +5,23 @@ import html
 
 import torch
 
-from .palette import DIVERGING
+from .palette import diverging_rgb
+
+LEGEND_STEPS = 11
+
+
+def visible(token: str) -> str:
+    """A token as text that shows what it is: line breaks and tabs as visible marks."""
+    return token.replace("\r", "␍").replace("\n", "↵").replace("\t", "⇥")
+
+
+def legend_html(bound: float, what: str = "hover for its score") -> str:
+    """A colour bar from −bound (blue) through 0 (white) to +bound (red)."""
+    steps = [bound * (2 * i / (LEGEND_STEPS - 1) - 1) for i in range(LEGEND_STEPS)]
+    swatches = "".join(f'<span title="{value:.3g}" style="display:inline-block;width:14px;height:10px;'
+                       f'background-color:rgb{rgb}"></span>' for value, rgb in zip(steps, diverging_rgb(steps, bound or 1.0)))
+    return (f'<div style="font-size:11px;color:#666;margin-top:2px">{-bound:.3g} {swatches} {bound:+.3g}'
+            f" &nbsp;blue = negative, white = 0, red = positive; {html.escape(what)}</div>")
 
 
 class TokenHeatmap:
@@ -13,24 +29,23 @@ class TokenHeatmap:
         scores = torch.as_tensor(scores).detach().double().reshape(-1)
         if len(tokens) != scores.numel():
             raise ValueError(f"{len(tokens)} tokens but {scores.numel()} scores")
-        self.tokens, self.scores, self.title = list(tokens), scores, title
+        self.tokens, self.scores, self.title = [str(t) for t in tokens], scores, title
 
     def colours(self) -> list:
-        bound = float(self.scores.abs().max()) or 1.0
-        levels = ((self.scores / bound + 1) / 2 * 255).round().clamp(0, 255).long().tolist()
-        return [tuple(int(c) for c in DIVERGING[level]) for level in levels]
+        return diverging_rgb(self.scores.numpy())
+
+    def spans(self) -> str:
+        parts = []
+        for token, score, rgb in zip(self.tokens, self.scores.tolist(), self.colours()):
+            parts.append(f'<span title="{html.escape(repr(token))}: {score:.4g}" style="background-color:rgb{rgb};'
+                         f'padding:2px 1px;margin:0 1px;border-radius:2px;white-space:pre;font-family:monospace">'
+                         f"{html.escape(visible(token))}</span>")
+        return f'<div style="line-height:2">{"".join(parts)}</div>'
 
     def _repr_html_(self) -> str:
-        spans = []
-        for token, score, (r, g, b) in zip(self.tokens, self.scores.tolist(), self.colours()):
-            spans.append(f'<span title="{score:.4g}" style="background:rgb({r},{g},{b});padding:2px 1px;'
-                         f'margin:0 1px;border-radius:2px;white-space:pre;font-family:monospace">'
-                         f"{html.escape(token)}</span>")
-        bound = float(self.scores.abs().max())
         head = f"<div><b>{html.escape(self.title)}</b></div>" if self.title else ""
-        legend = (f'<div style="font-size:11px;color:#666">blue = negative, red = positive; '
-                  f"scale ±{bound:.3g}; hover a token for its score</div>")
-        return f'<div class="nbgrad-tokens">{head}<div style="line-height:2">{"".join(spans)}</div>{legend}</div>'
+        bound = float(self.scores.abs().max()) if self.scores.numel() else 0.0
+        return f'<div class="nbgrad-tokens">{head}{self.spans()}{legend_html(bound, "hover a token for its score")}</div>'
 
     def __repr__(self) -> str:
         return "  ".join(f"{t!r}:{s:+.3g}" for t, s in zip(self.tokens, self.scores.tolist()))
