@@ -66,3 +66,16 @@ def test_graph_option_of_the_magic_displays_the_picture(shell, tiny, ids):
         shell.display_pub = publisher
     assert outputs and outputs[-1]["data"]["image/svg+xml"].startswith("<svg")
     assert "tiny_model.transformer.h[1].output" in outputs[-1]["data"]["text/plain"]
+
+
+def test_the_panel_of_a_run_carries_its_graph_picture(tiny, ids):
+    import base64
+    from nbgrad.views import panel_for_result
+    result = nbgrad.trace(tiny, ids, SEED)
+    tiny.zero_grad(set_to_none=True)
+    payload = panel_for_result(result, None, "%%trace tiny ids").payload
+    assert payload["graph"].startswith("data:image/svg+xml;base64,")
+    svg = base64.b64decode(payload["graph"].split(",", 1)[1]).decode()
+    assert "ran · backward pass 0" in svg and "line 3: g = hs.grad.save()" in svg
+    bundle = panel_for_result(result, None, "t")._repr_mimebundle_()
+    assert 'alt="hook graph" src="data:image/svg+xml;base64,' in bundle["text/html"]

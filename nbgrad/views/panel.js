@@ -235,6 +235,10 @@ function card(item, palettes) {
     box.appendChild(el("div", "nbg-summary", item.value));
     return box;
   }
+  if (item.kind === "graph") {  // an SVG picture as an image: never markup in the page
+    if (String(item.image).startsWith("data:image/svg+xml;base64,")) box.appendChild(el("img")).src = item.image;
+    return box;
+  }
   box.appendChild(summaryLine(item));
   const row = box.appendChild(el("div", "nbg-row"));
   if (item.heatmap) row.appendChild(heatmapView(item, palettes));
@@ -266,6 +270,7 @@ export function renderPanel(root, payload) {
   if (payload.title) panel.appendChild(el("div", "nbg-title", payload.title));
   for (const note of payload.notes || []) panel.appendChild(el("div", "nbg-note", note));
   const groups = groupItems(payload.items);
+  if (payload.graph) groups.push([{ name: "graph", kind: "graph", image: payload.graph }]);
   const tabs = el("div", "nbg-tabs");
   const body = el("div", "nbg-body");
   const select = (index) => {

@@ -2,6 +2,7 @@
 PNG), plain text, and the live widget where the front end needs one (see `live`)."""
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 
 import torch
@@ -9,6 +10,7 @@ import torch
 from . import live
 from . import payload as build
 from .gradients import gradient_targets
+from .hookgraph import hook_graph_svg
 from .static import static_html, text_summary
 
 MIME_TYPE = "application/vnd.nbgrad.panel+json"
@@ -20,9 +22,11 @@ __all__ = ["MIME_TYPE", "Panel", "panel_for_result", "show", "static_html", "tex
 class Panel:
     """What a cell shows. `_repr_mimebundle_` gives every front end something to draw."""
 
-    def __init__(self, items: list, title: str = "", notes: list | None = None):
+    def __init__(self, items: list, title: str = "", notes: list | None = None, graph: str | None = None):
         self.payload = {"nbgrad": 1, "title": title, "notes": notes or [], "items": items,
                         "palettes": build.palettes()}
+        if graph:
+            self.payload["graph"] = graph       # the hook graph of the run, an SVG data URI
 
     @property
     def items(self) -> list:
@@ -100,7 +104,16 @@ def panel_for_result(result, tokenizer=None, title: str = "") -> Panel:
     if len(items) > MAX_ITEMS:
         notes.append(f"showing {MAX_ITEMS} of {len(items)} values")
         items = items[:MAX_ITEMS]
-    return Panel(items, title=title, notes=notes)
+    return Panel(items, title=title, notes=notes, graph=_graph_picture(result, title))
+
+
+def _graph_picture(result, title: str) -> str | None:
+    """The run's hook graph as an SVG data URI, for the panel's "graph" tab (none without statements)."""
+    graph = getattr(result, "graph", None)
+    if graph is None or not getattr(graph, "nodes", None):
+        return None
+    svg = hook_graph_svg(graph.to_dict(), title)
+    return "data:image/svg+xml;base64," + base64.b64encode(svg.encode()).decode()
 
 
 def _groups(result, invokes: list) -> list:

@@ -34,6 +34,8 @@ def static_html(data: dict) -> str:
     if data.get("title"):
         parts.append(f"<div><b>{esc(data['title'])}</b></div>")
     parts.extend(_item_html(item) for item in data["items"])
+    if str(data.get("graph", "")).startswith("data:image/svg+xml;base64,"):
+        parts.append(f'<div><b>hook graph</b><br/><img alt="hook graph" src="{esc(data["graph"])}"/></div>')
     parts.append("</div>")
     return "".join(parts)
 
