@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from . import models
+from . import checks, models
 from .compiler import compile_cell
 from .inputs import call_arguments, input_ids_of
 from .naming import tensor_names
@@ -16,6 +16,7 @@ _MISSING = object()
 def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *, no_grad: bool = False,
           tokenizer=None, graph: bool = False, quiet: bool = True) -> Result:
     """Run `source` (the body of a `%%trace` cell) on `model` called with `input`."""
+    checks.trace_arguments(model, namespace)
     program = compile_cell(source, "trace")
     if graph:
         return Result(saved={}, graph=program.graph)
@@ -35,6 +36,7 @@ def backward(loss: torch.Tensor, source: str = "", namespace: dict | None = None
     program = compile_cell(source, "backward")
     if graph:
         return Result(saved={}, graph=program.graph)
+    checks.backward_arguments(loss, namespace, grad_output)
     namespace = namespace if namespace is not None else {}
     leaves = _leaves(loss) if isinstance(loss, torch.Tensor) else []
     held = {id(leaf) for leaf in leaves if leaf.grad is not None}

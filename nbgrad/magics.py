@@ -7,7 +7,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from . import api
+from . import api, checks
 from .errors import InputError, NbgradError, for_the_cell
 from .magic_line import split_line
 from .runtime import UNSAVED_KEY
@@ -100,6 +100,7 @@ class NbgradMagics(Magics):
             return None
         loss = self._evaluate(loss_text, "LOSS")
         grad_output = self._evaluate(args.grad_output, "--grad-output") if args.grad_output else None
+        checks.loss_requires_grad(loss, namespace, loss_text)
         result = api.backward(loss, cell, namespace, grad_output=grad_output, retain_graph=args.retain_graph,
                               create_graph=args.create_graph)
         self._display(result, args.quiet, None, f"%%backward {line.strip()}")
