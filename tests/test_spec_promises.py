@@ -157,6 +157,20 @@ with model.output.logits.sum().backward():
     assert not torch.allclose(result.saved["g"], plain[0])
 
 
+@pytest.mark.xfail(strict=True, reason="engine: compiler.written_events marks the `.output` read of "
+                   "`M.output.grad.mul_(c)` as the edited event, so the statement is refused as 'edited too late'")
+def test_mul_edit_of_a_module_output_grad_by_its_path(model, ids):
+    result = nbgrad.trace(model, ids, """
+with model.output.logits.sum().backward():
+    model.transformer.h[3].output.grad.mul_(-3)
+    g = model.transformer.h[0].output.grad.save()
+""")
+    model.zero_grad(set_to_none=True)
+    _, grads, _ = forward_with(model, ids, [model.transformer.h[0], model.transformer.h[3]],
+                               grad_edit=lambda i, g: g * -3 if i == 1 else None)
+    assert torch.allclose(result.saved["g"], grads[0], atol=1e-6)
+
+
 def test_grad_of_a_derived_tensor_that_is_no_module_output(model, ids):
     result = nbgrad.trace(model, ids, """
 probs = model.lm_head.output.softmax(-1)
