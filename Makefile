@@ -8,7 +8,7 @@ export PATH := $(BIN):$(PATH)
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: lab test install extension bench clean
+.PHONY: lab test install extension bench fuzz clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ bench: install
 	$(PY) bench/overhead.py
 	$(PY) bench/memory.py
 	$(PY) bench/panels.py
+
+# The fuzz test with many random cells, and an interrupt at every line nbgrad runs (minutes).
+fuzz: install
+	NBGRAD_FUZZ_EXAMPLES=2000 NBGRAD_INTERRUPT_FULL=1 $(PY) -m pytest -q tests/test_fuzz_cells.py tests/test_interrupts.py
 
 clean:
 	rm -rf $(VENV) node_modules labextension/lib nbgrad/labextension build dist *.egg-info
