@@ -10,10 +10,10 @@ export PATH := $(BIN):$(PATH)
 LAB_DIR ?= notebooks
 
 # Offline belongs to the tests and benchmarks only: in `make lab`, nbgrad.load_model("gpt2") reaches the hub.
-test bench: export HF_HUB_OFFLINE := 1
-test bench: export TRANSFORMERS_OFFLINE := 1
+test bench fuzz: export HF_HUB_OFFLINE := 1
+test bench fuzz: export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: lab lab-server test install extension bench clean
+.PHONY: lab lab-server test install extension bench fuzz clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,10 @@ bench: install
 	$(PY) bench/panels.py
 	$(PY) bench/widgets.py
 	$(PY) bench/attribution.py
+
+# The fuzz test with many random cells, and an interrupt at every line nbgrad runs (minutes).
+fuzz: install
+	NBGRAD_FUZZ_EXAMPLES=2000 NBGRAD_INTERRUPT_FULL=1 $(PY) -m pytest -q tests/test_fuzz_cells.py tests/test_interrupts.py
 
 clean:
 	rm -rf $(VENV) node_modules labextension/lib nbgrad/labextension build dist *.egg-info

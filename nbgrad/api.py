@@ -6,7 +6,7 @@ import sys
 import torch
 from torch import nn
 
-from . import models
+from . import checks, models
 from .compiler import compile_cell
 from .batching import batch_invokes
 from .errors import InputError
@@ -23,6 +23,7 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
           tokenizer=None, graph: bool = False, quiet: bool = True) -> Result:
     """Run `source` (the body of a `%%trace` cell) on `model` called with `input` (None when the source
     holds `with invoke(INPUT):` blocks)."""
+    checks.trace_arguments(model, namespace)
     program = compile_cell(source, "trace")
     if graph:
         return Result(saved={}, graph=program.graph)
@@ -72,6 +73,7 @@ def backward(loss: torch.Tensor, source: str = "", namespace: dict | None = None
     program = compile_cell(source, "backward")
     if graph:
         return Result(saved={}, graph=program.graph)
+    checks.backward_arguments(loss, namespace, grad_output)
     namespace = namespace if namespace is not None else {}
     leaves = _leaves(loss) if isinstance(loss, torch.Tensor) else []
     held = {id(leaf) for leaf in leaves if leaf.grad is not None}

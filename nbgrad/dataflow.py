@@ -50,10 +50,13 @@ class _BoundNames(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Expr(self, node):
-        # `outs.append(x)` changes `outs`: order it like a binding.
+        # `outs.append(x)` and `d[k].append(x)` change `outs` and `d`: order them like a binding. A method
+        # reached through attributes (`model.transformer.h[0].requires_grad_(False)`) changes a part of an
+        # object, not the name: ordering every later statement that reads `model` after it would make a
+        # read of an earlier layer come too late.
         call = node.value
         if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-                and event_root(call.func.value) is None):
+                and event_root(call.func.value) is None and not _through_attributes(call.func.value)):
             root = root_name(call.func.value)
             if root is not None:
                 self.mutated.add(root.id)
@@ -74,6 +77,12 @@ class _BoundNames(ast.NodeVisitor):
     def visit_AugAssign(self, node):
         self._store_target(node.target)
         self.generic_visit(node)
+
+
+def _through_attributes(expr: ast.AST) -> bool:
+    while isinstance(expr, ast.Subscript):
+        expr = expr.value
+    return isinstance(expr, ast.Attribute)
 
 
 def bound_names(stmt: ast.stmt) -> tuple:

@@ -152,24 +152,52 @@ def check_loss(loss: torch.Tensor, backward_pass, args, kwargs, no_grad: bool, n
             f"vector-Jacobian product. Reduce it (`.sum()` or `.mean()`), or give that vector: "
             f"--grad-output V on %%backward, gradient=V in .backward()", backward_pass.line or None)
     if not loss.requires_grad:
-        raise GradError(_no_grad_reason(no_grad, namespace, model), backward_pass.line or None)
+        expression = backward_pass.source if backward_pass.line else ""
+        raise GradError(_no_grad_reason(no_grad, namespace, model, loss, expression), backward_pass.line or None)
 
 
-def _no_grad_reason(no_grad: bool, namespace: dict, model) -> str:
-    head = "the loss does not require grad, so there is nothing to backpropagate"
+_NO_GRAD_HEAD = "the loss does not require grad, so there is nothing to backpropagate"
+
+
+def _no_grad_reason(no_grad: bool, namespace: dict, model, loss, expression: str) -> str:
     if no_grad or not torch.is_grad_enabled():
-        return f"{head}: the cell ran under --no-grad / torch.no_grad(); drop --no-grad"
-    if model is not None:
-        frozen = not any(p.requires_grad for p in model.parameters())
-        if frozen:
-            return (f"{head}: no parameter of the model requires grad (all are frozen) and no traced value "
-                    f"was marked; call .requires_grad_(True) on the output you want gradients from")
-        return f"{head}: it was not computed from anything that requires grad"
-    lacking = [name for name, value in namespace.items()
-               if isinstance(value, torch.Tensor) and not name.startswith("_") and value.is_leaf
-               and not value.requires_grad and value.is_floating_point()]
+        return f"{_NO_GRAD_HEAD}: the cell ran under --no-grad / torch.no_grad(); drop --no-grad"
+    if model is not None and not any(p.requires_grad for p in model.parameters()):
+        return (f"{_NO_GRAD_HEAD}: no parameter of the model requires grad (all are frozen) and no traced value "
+                f"was marked; call .requires_grad_(True) on the output you want gradients from")
+    return loss_without_grad(loss, namespace, expression)
+
+
+def loss_without_grad(loss: torch.Tensor, namespace: dict, expression: str = "") -> str:
+    """Why `loss` does not require grad. Such a tensor has no grad_fn: autograd recorded nothing it was
+    made from, so the loss is itself the leaf. What can be named is what the loss expression reads."""
+    if not torch.is_grad_enabled():
+        return f"{_NO_GRAD_HEAD}: grad mode is off here (torch.no_grad() / torch.set_grad_enabled(False))"
+    read = _tensors_read(expression, namespace)
+    own = [name for name, value in read if value is loss] or [naming.tensor_names(namespace).get(id(loss))]
+    lacking = [name for name, value in read if value is not loss and not value.requires_grad]
+    ways = ("made without requires_grad=True, or computed under torch.no_grad() / --no-grad, through "
+            ".detach(), or only from tensors that do not require grad")
     if lacking:
-        return (f"{head}: none of its inputs requires grad; {', '.join(lacking[:6])} "
-                f"{'has' if len(lacking) == 1 else 'have'} requires_grad=False: create them with "
-                f"requires_grad=True (or call .requires_grad_())")
-    return f"{head}: none of its inputs was created with requires_grad=True"
+        verb = "has" if len(lacking) == 1 else "have"
+        return (f"{_NO_GRAD_HEAD}: it is computed from {', '.join(lacking[:6])}, which {verb} requires_grad=False; "
+                f"create {'it' if len(lacking) == 1 else 'them'} with requires_grad=True (or call .requires_grad_())")
+    if any(value.requires_grad for _, value in read):
+        return (f"{_NO_GRAD_HEAD}: what it is computed from requires grad, but the loss has no grad_fn: it was "
+                f"computed under torch.no_grad() / --no-grad or through .detach(); compute it with grad enabled")
+    what = f"{own[0]} is" if own[0] else "the loss itself is"
+    return f"{_NO_GRAD_HEAD}: {what} a tensor that does not require grad (it has no grad_fn): it was {ways}"
+
+
+def _tensors_read(expression: str, namespace: dict) -> list:
+    """(name, tensor) for each name the expression reads that holds a tensor, in order, once each."""
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except SyntaxError:
+        return []
+    found = {}
+    for node in sorted((n for n in ast.walk(tree) if isinstance(n, ast.Name)), key=lambda n: n.col_offset):
+        value = namespace.get(node.id)
+        if isinstance(value, torch.Tensor):
+            found.setdefault(node.id, value)
+    return list(found.items())

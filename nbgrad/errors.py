@@ -32,6 +32,10 @@ class InputError(NbgradError, ValueError):
     """An INPUT that cannot be turned into model call arguments."""
 
 
+class ArgumentError(NbgradError, TypeError):
+    """An argument of nbgrad.trace / nbgrad.backward (or a magic) of the wrong kind."""
+
+
 class GradError(NbgradError, RuntimeError):
     """A backward pass or gradient statement that cannot run."""
 

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from .errors import InputError
+from .limits import check_token_ids, input_embeddings
 
 INPUT_HELP = ("INPUT may be a string or a list of strings (tokenized; a list is one padded batch), "
               "a tensor (the first argument), a dict or BatchEncoding (keyword arguments) "
@@ -16,30 +17,49 @@ INPUT_HELP = ("INPUT may be a string or a list of strings (tokenized; a list is 
 
 def call_arguments(value, model: nn.Module, tokenizer=None) -> tuple:
     """(args, kwargs) for `model(*args, **kwargs)`, tensors moved to `input_device(model)`."""
-    if value is None:
-        raise InputError(f"missing INPUT: write `%%trace MODEL INPUT`, or put `with invoke(INPUT):` blocks in the cell. "
-                         f"{INPUT_HELP}")
-    if isinstance(value, str) or (isinstance(value, list) and value and all(isinstance(v, str) for v in value)):
-        if tokenizer is None:
-            raise InputError("a text INPUT needs a tokenizer: load the model with nbgrad.load_model, pass "
-                             "--tokenizer EXPR, or give the model a `tokenizer` attribute")
-        if getattr(tokenizer, "pad_token", "") is None and getattr(tokenizer, "eos_token", None) is not None:
-            tokenizer.pad_token = tokenizer.eos_token
-        encoded = tokenizer(value, return_tensors="pt", padding=True)
-        args, kwargs = (), dict(encoded)
-    elif isinstance(value, torch.Tensor):
-        args, kwargs = (value,), {}
-    elif isinstance(value, Mapping):
-        args, kwargs = (), dict(value)
-    elif isinstance(value, tuple):
-        args, kwargs = value, {}
-    else:
-        raise InputError(f"INPUT is a {type(value).__name__}; {INPUT_HELP}")
+    args, kwargs = _arguments(value, tokenizer)
+    check_token_ids(input_ids_of(args, kwargs), model)
     device = input_device(model)
     if device is not None:
         args = tuple(_to(a, device) for a in args)
         kwargs = {k: _to(v, device) for k, v in kwargs.items()}
     return args, kwargs
+
+
+def _arguments(value, tokenizer) -> tuple:
+    """INPUT as (args, kwargs), still where the user made them; an INPUT with nothing in it is refused."""
+    if value is None:
+        raise InputError(f"missing INPUT: write `%%trace MODEL INPUT`, or put `with invoke(INPUT):` blocks in "
+                         f"the cell. {INPUT_HELP}")
+    if isinstance(value, list) and not value:
+        raise InputError("INPUT is an empty list: give at least one prompt (a list of strings is one batch)")
+    if isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        return (), _encode(value, tokenizer)
+    if isinstance(value, torch.Tensor):
+        if value.numel() == 0:
+            raise InputError(f"INPUT is an empty tensor (shape {tuple(value.shape)}): nothing to run the model on")
+        return (value,), {}
+    if isinstance(value, Mapping):
+        return (), dict(value)
+    if isinstance(value, tuple):
+        return value, {}
+    raise InputError(f"INPUT is a {type(value).__name__}; {INPUT_HELP}")
+
+
+def _encode(text, tokenizer) -> dict:
+    if tokenizer is None:
+        raise InputError("a text INPUT needs a tokenizer: load the model with nbgrad.load_model, pass "
+                         "--tokenizer EXPR, or give the model a `tokenizer` attribute")
+    if all(not part for part in ([text] if isinstance(text, str) else text)):
+        what = "an empty string" if isinstance(text, str) else "a list of empty strings"
+        raise InputError(f"INPUT is {what}: there is no text to run the model on")
+    if getattr(tokenizer, "pad_token", "") is None and getattr(tokenizer, "eos_token", None) is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+    encoded = dict(tokenizer(text, return_tensors="pt", padding=True))
+    ids = encoded.get("input_ids")
+    if isinstance(ids, torch.Tensor) and ids.shape[-1] == 0:
+        raise InputError(f"INPUT {text!r:.60} gives no tokens: there is nothing to run the model on")
+    return encoded
 
 
 def input_ids_of(args: tuple, kwargs: dict):
@@ -52,7 +72,7 @@ def input_device(model: nn.Module):
 
     With accelerate's placement (`device_map`, CPU / disk offload) a module's weights may sit on `meta`
     or the CPU while it runs elsewhere; its hook's execution device says where. None: leave inputs."""
-    embeddings = _input_embeddings(model)
+    embeddings = input_embeddings(model)
     for module in (embeddings, model):
         device = _execution_device(module)
         if device is not None:
@@ -62,14 +82,6 @@ def input_device(model: nn.Module):
         if device is not None:
             return device
     return None
-
-
-def _input_embeddings(model: nn.Module):
-    try:
-        embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    except (NotImplementedError, AttributeError):
-        return None
-    return embeddings if isinstance(embeddings, nn.Module) else None
 
 
 def _execution_device(module):

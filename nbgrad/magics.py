@@ -4,31 +4,21 @@ from __future__ import annotations
 import ast
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, kwds, magic_arguments, parse_argstring
+from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class, no_var_expand
+from IPython.core.magic_arguments import argument, kwds, magic_arguments
 
-from . import api
+from . import api, checks
 from .errors import InputError, NbgradError, for_the_cell
 from .cellstate import unsaved_names
+from .magic_line import split_line
 
 
 def split_expression(rest: str, magic, head: str) -> tuple:
-    """Split `EXPR --opts` where EXPR is Python (quotes, brackets, spaces): try each ` -` from the left."""
-    rest = rest.strip()
-    candidates = [i for i, ch in enumerate(rest) if ch == "-" and (i == 0 or rest[i - 1].isspace())]
-    for index in candidates:
-        expression, options = rest[:index].strip(), rest[index:]
-        if expression and not _is_expression(expression):
-            continue
-        try:
-            parsed = parse_argstring(magic, f"{head} {options}")
-        except UsageError:
-            continue
-        if getattr(parsed, "input", None) is None and getattr(parsed, "extra", None) is None:
-            return expression or None, parsed
-    if rest and not _is_expression(rest):
-        raise UsageError(f"cannot read `{rest}` as a Python expression followed by options; see %{magic.__name__}?")
-    return rest or None, parse_argstring(magic, head)
+    """`EXPR --options` -> (EXPR or None, parsed options); EXPR is Python (quotes, brackets, spaces)."""
+    expression, parsed = split_line(rest, magic, [head])
+    if expression and not _is_expression(expression):
+        raise UsageError(f"cannot read `{expression}` as a Python expression; see %{magic.__name__}?")
+    return expression or None, parsed
 
 
 def _is_expression(text: str) -> bool:
@@ -65,6 +55,7 @@ class NbgradMagics(Magics):
     @argument("-q", "--quiet", action="store_true", help="no inline display")
     @argument("--graph", action="store_true", help="show the hook graph of the cell and do not run it")
     @argument("--tokenizer", default=None, help="expression for the tokenizer of a text INPUT")
+    @no_var_expand
     @cell_magic
     @_cell_errors
     def trace(self, line, cell):
@@ -92,6 +83,7 @@ class NbgradMagics(Magics):
     @argument("--create-graph", action="store_true", help="record the backward pass for higher-order gradients")
     @argument("-q", "--quiet", action="store_true", help="no inline display")
     @argument("--graph", action="store_true", help="show the hook graph of the cell and do not run it")
+    @no_var_expand
     @line_cell_magic
     @_cell_errors
     def backward(self, line, cell=""):
@@ -106,6 +98,7 @@ class NbgradMagics(Magics):
             return _show_graph(api.backward(None, cell, namespace, graph=True).graph, f"%%backward {line.strip()}")
         loss = self._evaluate(loss_text, "LOSS")
         grad_output = self._evaluate(args.grad_output, "--grad-output") if args.grad_output else None
+        checks.loss_requires_grad(loss, namespace, loss_text)
         result = api.backward(loss, cell, namespace, grad_output=grad_output, retain_graph=args.retain_graph,
                               create_graph=args.create_graph)
         self._display(result, args.quiet, None, f"%%backward {line.strip()}")

@@ -100,23 +100,26 @@ class Runtime:
     def _run(self, body) -> Result:
         __tracebackhide__ = True
         try:
-            self._enter()
-            with torch.set_grad_enabled(self.state.grad_mode and not self.no_grad):
-                body()
-                self._check_finished()
-            return self._result()
-        except BaseException as error:
-            hints.add_hints(error, self)
             try:
-                error.nbgrad_graph = self.graph()      # what ran, and which statement failed
-            except AttributeError:
-                pass
-            raise for_the_cell(error)
-        finally:
-            try:
-                self._exit()
+                self._enter()
+                with torch.set_grad_enabled(self.state.grad_mode and not self.no_grad):
+                    body()
+                    self._check_finished()
+                return self._result()
+            except BaseException as error:
+                raise self._for_the_cell(error)
             finally:
-                self._exit()     # again: every step is idempotent, and an interrupt may have cut the first short
+                self._exit()
+        finally:
+            self._exit()     # again where an interrupt cut the first short (at any line): every step is idempotent
+
+    def _for_the_cell(self, error: BaseException) -> BaseException:
+        hints.add_hints(error, self)
+        try:
+            error.nbgrad_graph = self.graph()      # what ran, and which statement failed
+        except AttributeError:
+            pass
+        return for_the_cell(error)
 
     def _enter(self) -> None:
         self._claim_model()

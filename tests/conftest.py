@@ -9,6 +9,9 @@ from helpers import tiny_gpt2
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 torch.manual_seed(0)
+# The tests run tiny models: one thread is fastest, and on a busy machine (CI, or a second `make test`
+# beside this one) more threads than free cores spin against each other and slow every test many-fold.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -10,11 +10,25 @@ def tiny_gpt2(n_layer=4, seed=0):
     return GPT2LMHeadModel(config).eval()
 
 
+def tensor_hook_count(tensor):
+    """Hooks on one tensor: gradient hooks (`register_hook`) and post-accumulate-grad hooks."""
+    return len(getattr(tensor, "_backward_hooks", None) or {}) + \
+        len(getattr(tensor, "_post_accumulate_grad_hooks", None) or {})
+
+
 def hook_count(model):
-    total = 0
+    """Every hook a cell could leave: forward / pre / backward hooks on each module, torch's global
+    module hooks, and tensor hooks on each parameter and buffer."""
+    from torch.nn.modules import module as module_globals
+    total = sum(len(getattr(module_globals, name)) for name in (
+        "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+        "_global_backward_pre_hooks"))
     for module in model.modules():
         total += len(module._forward_hooks) + len(module._forward_pre_hooks)
         total += len(module._backward_hooks) + len(getattr(module, "_backward_pre_hooks", {}))
+        total += len(getattr(module, "_forward_hooks_with_kwargs", {}))
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        total += tensor_hook_count(tensor)
     return total
 
 

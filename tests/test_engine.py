@@ -98,27 +98,43 @@ logits = model.output.logits.save()
 
 
 def test_loop_reading_in_reverse_order_uses_kept_values(tiny, ids):
+    ns = {"model": tiny}
     result = nbgrad.trace(tiny, ids, """
 norms = []
 for i in reversed(range(4)):
     norms.append(model.transformer.h[i].output.norm().item())
-""")
+""", ns)
     seen, _ = raw_outputs(tiny, ids, list(tiny.transformer.h))
+    expected = [seen[i].norm().item() for i in (3, 2, 1, 0)]
     assert result.saved == {}
     # `norms` holds floats, not traced tensors: it stays bound in the namespace
-    ns = {"model": tiny}
+    assert ns["norms"] == pytest.approx(expected, rel=1e-6)
     nbgrad.trace(tiny, ids, "norms = [model.transformer.h[i].output.norm().item() for i in (3, 2, 1, 0)]", ns)
-    assert ns["norms"] == pytest.approx([seen[i].norm().item() for i in (3, 2, 1, 0)])
+    assert ns["norms"] == pytest.approx(expected, rel=1e-6)
 
 
 def test_input_and_inputs(tiny, ids):
+    ns = {"model": tiny}
     result = nbgrad.trace(tiny, ids, """
 x = model.transformer.h[2].input.save()
 args, kwargs = model.transformer.h[2].inputs
+first = args[0].save()
+kwarg_names = sorted(kwargs)
 n_args = len(args)
-""")
+""", ns)
     seen, _ = raw_outputs(tiny, ids, [tiny.transformer.h[1]])
-    assert torch.equal(result.saved["x"], seen[0])
+    called = {}
+    handle = tiny.transformer.h[2].register_forward_pre_hook(
+        lambda mod, args, kwargs: called.update(args=args, kwargs=kwargs), with_kwargs=True)
+    try:
+        tiny(ids)
+    finally:
+        handle.remove()
+    assert torch.equal(ns["x"], seen[0])
+    assert torch.equal(ns["first"], called["args"][0])
+    assert any(torch.equal(value, seen[0]) for value in result.saved.values())
+    assert ns["n_args"] == len(called["args"])
+    assert ns["kwarg_names"] == sorted(called["kwargs"]) and ns["kwarg_names"]
 
 
 def test_input_replacement(tiny, ids):
@@ -272,6 +288,8 @@ def test_no_grad_option_runs_without_autograd(tiny, ids):
 def test_functions_defined_in_a_cell_keep_working(tiny, ids):
     ns = {"model": tiny}
     nbgrad.trace(tiny, ids, "def double(v):\n    return 2 * v\nd = double(model.transformer.h[0].output).save()", ns)
+    seen, _ = raw_outputs(tiny, ids, [tiny.transformer.h[0]])
+    assert torch.equal(ns["d"], 2 * seen[0])
     assert ns["double"](3) == 6
 
 

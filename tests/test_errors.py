@@ -141,15 +141,6 @@ def test_magic_line_parsing_keeps_python_expressions(shell, model):
     assert shell.user_ns["a"].grad_fn is None and shell.user_ns["a"].shape[:2] == (1, 3)
 
 
-def test_trace_help(shell, capsys):
-    shell.run_cell("%%trace?")
-    # the docstring of the magic names the options of SPEC §2
-    from nbgrad.magics import NbgradMagics
-    doc = NbgradMagics.trace.__doc__
-    for option in ("--no-grad", "--quiet", "--graph", "--tokenizer", "MODEL"):
-        assert option.lower() in doc.lower(), option
-
-
 def test_module_event_inside_a_function_nbgrad_cannot_pause_in_is_a_clear_error(model, ids):
     check(model, ids, "x = 1\nlast = lambda m: m.transformer.h[-1].output\ny = last(model)",
           nbgrad.NbgradError, "line 2", "inside a function that nbgrad cannot pause in", "top level of the cell")

@@ -1,7 +1,6 @@
 """Panel data, bounds, static fallbacks and escaping."""
 import base64
 import json
-import time
 
 import numpy as np
 import pytest
@@ -73,7 +72,8 @@ def test_histogram_counts_every_finite_value():
 
 
 @pytest.mark.parametrize("shape,vocab", [((1, 1024, 768), None), ((1, 10, 50257), 50257)])
-def test_big_tensors_are_bounded_and_fast(shape, vocab):
+def test_big_tensors_are_bounded(shape, vocab):
+    """Payload bounds; the time this takes is measured in bench/panels.py, as a ratio against raw torch."""
     class Tok:
         def __len__(self):
             return vocab
@@ -81,12 +81,9 @@ def test_big_tensors_are_bounded_and_fast(shape, vocab):
         def decode(self, ids):
             return f"<t{ids[0]}>"
     tensor = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
-    start = time.perf_counter()
     panel = show(tensor, "big", tokenizer=Tok() if vocab else None)
-    elapsed = time.perf_counter() - start
     size = len(json.dumps(panel.items[0]))
     assert size <= MAX_BYTES, size
-    assert elapsed < 1.0, elapsed
     heat = panel.items[0]["heatmap"]
     assert heat["notes"] and "sampled" in heat["notes"][0]
     if vocab:

@@ -18,13 +18,24 @@ import {
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
 
-const MAGIC = /^(%%(?:trace|backward))\b(\s*)(\S*)(.*)$/;
+const MAGIC = /^(%%(?:trace|backward))\b(\s*)(.*)$/;
 const OPTION = /(^|\s)(--?[A-Za-z][\w-]*)/g;
 
 const nameMark = Decoration.mark({ class: 'nbgrad-magic-name' });
 const argMark = Decoration.mark({ class: 'nbgrad-magic-arg' });
 const optionMark = Decoration.mark({ class: 'nbgrad-magic-option' });
 const magicLine = Decoration.line({ class: 'nbgrad-magic-line' });
+
+// The argument: MODEL of `%%trace` is one word; LOSS of `%%backward` is an expression that may hold
+// spaces, so it runs up to the first option.
+function argumentLength(magic: string, rest: string): number {
+  if (magic === '%%trace') {
+    return /^\S*/.exec(rest)![0].length;
+  }
+  OPTION.lastIndex = 0;
+  const option = OPTION.exec(rest);
+  return rest.slice(0, option ? option.index : rest.length).trimEnd().length;
+}
 
 export function magicLineDecorations(text: string, from: number): Array<[number, number, Decoration]> {
   const match = MAGIC.exec(text);
@@ -34,13 +45,15 @@ export function magicLineDecorations(text: string, from: number): Array<[number,
   const marks: Array<[number, number, Decoration]> = [[from, from, magicLine]];
   marks.push([from, from + match[1].length, nameMark]);
   const argStart = from + match[1].length + match[2].length;
-  if (match[3] && !match[3].startsWith('-')) {
-    marks.push([argStart, argStart + match[3].length, argMark]);
+  const argLength = argumentLength(match[1], match[3]);
+  if (argLength && !match[3].startsWith('-')) {
+    marks.push([argStart, argStart + argLength, argMark]);
   }
-  const restStart = argStart + match[3].length;
+  const rest = match[3].slice(argLength);
+  const restStart = argStart + argLength;
   OPTION.lastIndex = 0;
   let option: RegExpExecArray | null;
-  while ((option = OPTION.exec(match[4])) !== null) {
+  while ((option = OPTION.exec(rest)) !== null) {
     const start = restStart + option.index + option[1].length;
     marks.push([start, start + option[2].length, optionMark]);
   }

@@ -26,10 +26,17 @@ def lab_root(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def lab(lab_root, browser):
+def lab_server(lab_root, browser):
     server = Lab(lab_root)
     yield server
     server.stop()
+
+
+@pytest.fixture
+def lab(lab_server):
+    """The session's server; the kernels a test started end with the test."""
+    yield lab_server
+    lab_server.shut_down_kernels()
 
 
 @pytest.fixture

@@ -1,9 +1,11 @@
 """Helpers for the browser tests: a JupyterLab server on localhost, notebooks, screenshots."""
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -35,15 +37,33 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+# JupyterLab asks whether to fetch its news in a toast that covers the page; the answer is a setting.
+QUIET_SETTINGS = {"@jupyterlab/apputils-extension/notification.jupyterlab-settings":
+                  {"fetchNews": "false", "checkForUpdates": False}}
+
+
+def user_settings_dir() -> str:
+    """A settings directory of this server's own (never the user's, never shared with a server beside
+    it), with the news question answered."""
+    settings = Path(tempfile.mkdtemp(prefix="nbgrad-lab-settings-"))
+    for name, values in QUIET_SETTINGS.items():
+        path = settings / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
+    return str(settings)
+
+
 class Lab:
     def __init__(self, root: Path, extra_args=()):
         self.root = root
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.settings_dir = user_settings_dir()
         env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", JUPYTER_PLATFORM_DIRS="1")
         args = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={self.port}", "--ip=127.0.0.1",
                 f"--ServerApp.token={TOKEN}", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
-                "--ServerApp.disable_check_xsrf=True", *extra_args]
+                "--ServerApp.disable_check_xsrf=True", f"--LabApp.user_settings_dir={self.settings_dir}",
+                f"--LabApp.workspaces_dir={self.settings_dir}/workspaces", *extra_args]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             args.append("--allow-root")
         self.log = open(root / f"lab-{self.port}.log", "w")
@@ -60,6 +80,17 @@ class Lab:
         self.stop()
         raise RuntimeError(f"jupyter lab did not start: {(root / f'lab-{self.port}.log').read_text()[-2000:]}")
 
+    def api(self, path: str, method: str = "GET"):
+        request = urllib.request.Request(f"{self.url}{path}?token={TOKEN}", method=method)
+        with urllib.request.urlopen(request, timeout=30) as response:
+            body = response.read()
+        return json.loads(body) if body else None
+
+    def shut_down_kernels(self):
+        """End every session this server runs, so no test finds another's kernel."""
+        for session in self.api("/api/sessions"):
+            self.api(f"/api/sessions/{session['id']}", method="DELETE")
+
     def notebook_url(self, name: str) -> str:
         return f"{self.url}/lab/tree/{name}?token={TOKEN}&reset"
 
@@ -70,12 +101,14 @@ class Lab:
                 self.process.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+                self.process.wait(timeout=20)
         self.log.close()
+        shutil.rmtree(self.settings_dir, ignore_errors=True)
 
 
 def write_notebook(path: Path, cells: list) -> Path:
     notebook = {"cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
-                           "source": source} for source in cells],
+                           "id": f"cell-{index}", "source": source} for index, source in enumerate(cells)],
                 "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
                              "language_info": {"name": "python"}},
                 "nbformat": 4, "nbformat_minor": 5}
@@ -84,11 +117,11 @@ def write_notebook(path: Path, cells: list) -> Path:
 
 
 def dismiss_popups(page):
-    """The news question and a kernel-choice dialog would cover what the screenshot is for."""
-    for name in ("No Kernel", "No"):
-        button = page.get_by_role("button", name=name, exact=True)
-        if button.count() and button.first.is_visible():
-            button.first.click()
+    """A kernel-choice dialog would cover what the screenshot is for. (The news question never comes:
+    the server's settings answer it, see QUIET_SETTINGS.)"""
+    button = page.get_by_role("button", name="No Kernel", exact=True)
+    if button.count() and button.first.is_visible():
+        button.first.dispatch_event("click")     # a click at its point would land on the dialog's frame
 
 
 def screenshot(page, name: str):
@@ -99,6 +132,16 @@ def screenshot(page, name: str):
 
 def run_command(page, command: str, args: dict | None = None):
     page.evaluate("([c, a]) => window.jupyterapp.commands.execute(c, a)", [command, args or {}])
+
+
+def run_all_cells(page, timeout=240_000):
+    """Run every cell and wait until none is running and the kernel is idle (a state, not a time)."""
+    run_command(page, "notebook:run-all-cells")
+    page.wait_for_function(
+        "() => { const w = window.jupyterapp.shell.currentWidget;"
+        " return w.content.widgets.every(c => c.model.type !== 'code' || c.model.executionState !== 'running')"
+        " && w.sessionContext.session && w.sessionContext.session.kernel"
+        " && w.sessionContext.session.kernel.status === 'idle'; }", timeout=timeout)
 
 
 def wait_for_kernel_idle(page, timeout=120_000):

@@ -1,6 +1,8 @@
 """JupyterLab in headless Chromium: panels render and respond, the sidebar lists the model tree and
 inserts paths, magic lines are highlighted, and a saved notebook shows its panels with no kernel."""
-from labtools import Lab, open_notebook, run_command, screenshot, wait_for_kernel_idle, write_notebook
+import json
+
+from labtools import Lab, open_notebook, run_all_cells, run_command, screenshot, wait_for_kernel_idle, write_notebook
 
 SETUP = "%load_ext nbgrad\nimport torch, nbgrad\nmodel = nbgrad.load_model()"
 TRACE = ('%%trace model "Hello <img src=x onerror=\\"window.nbgradPwned=1\\"> World" --tokenizer nbgrad.tokenizer_for(model)\n'
@@ -20,14 +22,17 @@ def _active_notebook_source(page, index):
                          index)
 
 
-def test_panels_sidebar_highlighting_and_static_reopen(lab, lab_root, page):
+def test_news_question_is_answered_by_the_settings(lab):
+    settings = lab.api("/lab/api/settings/@jupyterlab/apputils-extension:notification")
+    assert settings["settings"]["fetchNews"] == "false"
+
+
+def test_panels_sidebar_highlighting_and_save(lab, lab_root, page):
     write_notebook(lab_root / "trace.ipynb", [SETUP, TRACE, SHOW, ""])
     open_notebook(page, lab, "trace.ipynb")
     wait_for_kernel_idle(page)
-    run_command(page, "notebook:run-all-cells")
-    page.wait_for_function("() => document.querySelectorAll('.jp-OutputArea .nbgrad-panel').length >= 2",
-                           timeout=180_000)
-    wait_for_kernel_idle(page)
+    run_all_cells(page)
+    assert _panels(page).count() >= 2
 
     # The %%trace panel: every saved value, the gradient beside its activation.
     trace_panel = _panels(page).nth(0)
@@ -83,18 +88,36 @@ def test_panels_sidebar_highlighting_and_static_reopen(lab, lab_root, page):
     body_line = editor.locator(".cm-line").nth(3)
     assert body_line.locator("span").count() >= 2, "body line has no Python token highlighting"
 
+    # What JupyterLab saves keeps the static panel beside the widget view.
     run_command(page, "docmanager:save")
-    page.wait_for_timeout(1500)
-    page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.shutdown()")
+    page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty", timeout=30_000)
+    saved = json.loads((lab_root / "trace.ipynb").read_text())
+    kinds = {kind for cell in saved["cells"] for output in cell.get("outputs", []) for kind in output.get("data", {})}
+    assert "application/vnd.nbgrad.panel+json" in kinds, kinds
+
+
+def executed_notebook(path, cells):
+    """A notebook run by a kernel outside the browser and saved with its outputs, as a user would have it."""
+    import nbformat
+    from nbclient import NotebookClient
+    write_notebook(path, cells)
+    notebook = nbformat.read(path, as_version=4)
+    NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+                   ).execute()
+    nbformat.write(notebook, path)
+    return path
 
 
 def test_saved_notebook_shows_static_panels_without_a_kernel(lab_root, page, browser):
-    saved = lab_root / "trace.ipynb"
-    assert saved.exists() and "application/vnd.nbgrad.panel+json" in saved.read_text()
+    saved = executed_notebook(lab_root / "static.ipynb", [SETUP, TRACE, SHOW])
+    assert "application/vnd.nbgrad.panel+json" in saved.read_text()
     no_kernels = Lab(lab_root, ["--KernelSpecManager.allowed_kernelspecs=none"])
     try:
-        open_notebook(page, no_kernels, "trace.ipynb")
-        page.keyboard.press("Escape")       # a kernel-choice dialog, where one opens
+        open_notebook(page, no_kernels, "static.ipynb")
+        dialog = page.locator(".jp-Dialog")
+        dialog.wait_for(state="visible", timeout=60_000)        # which kernel? there is none to choose
+        page.get_by_role("button", name="No Kernel", exact=True).first.dispatch_event("click")
+        dialog.wait_for(state="detached", timeout=30_000)
         page.wait_for_function("() => document.querySelectorAll('.jp-OutputArea .nbgrad-panel').length >= 2",
                                timeout=60_000)
         kernel = page.evaluate("() => { const w = window.jupyterapp.shell.currentWidget;"
@@ -115,7 +138,7 @@ def test_widget_renders_without_the_extension_renderer(lab, lab_root, page):
         "w = show(torch.randn(3, 6, 10, generator=torch.Generator().manual_seed(1)), 'x').widget()\nw"])
     open_notebook(page, lab, "widget.ipynb")
     wait_for_kernel_idle(page)
-    run_command(page, "notebook:run-all-cells")
+    run_all_cells(page)
     page.wait_for_selector(".jp-OutputArea .nbgrad-panel canvas.nbg-heatmap-canvas", timeout=120_000)
     assert page.locator(".jp-OutputArea .nbgrad-rendered-panel").count() == 0    # not the extension's
     canvas = page.locator(".jp-OutputArea canvas.nbg-heatmap-canvas").first
@@ -139,6 +162,24 @@ def test_magic_line_does_not_indent_the_body(lab, lab_root, page):
     assert editor.locator(".nbgrad-magic-name").inner_text() == "%%trace"
     assert editor.locator(".cm-line").nth(1).locator("span").count() >= 1    # `x = 1` highlighted as Python
     screenshot(page, "lab-typing-magic")
+
+
+def test_backward_cells_are_highlighted(lab, lab_root, page):
+    write_notebook(lab_root / "backward.ipynb", [""])
+    open_notebook(page, lab, "backward.ipynb")
+    page.locator(".jp-Cell .cm-content").first.click()
+    page.keyboard.type("%%backward (w * x).sum() --retain-graph -q")
+    page.keyboard.press("Enter")
+    page.keyboard.type("g = w.grad.save()")
+    source = page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[0].model.sharedModel.getSource()")
+    assert source == "%%backward (w * x).sum() --retain-graph -q\ng = w.grad.save()", repr(source)
+    editor = page.locator(".jp-Cell .cm-content").first
+    page.wait_for_selector(".jp-Cell .cm-content .nbgrad-magic-name", timeout=10_000)
+    assert editor.locator(".nbgrad-magic-name").inner_text() == "%%backward"
+    assert editor.locator(".nbgrad-magic-arg").inner_text() == "(w * x).sum()"
+    assert editor.locator(".nbgrad-magic-option").all_inner_texts() == ["--retain-graph", "-q"]
+    assert editor.locator(".cm-line").nth(1).locator("span").count() >= 1    # the body highlighted as Python
+    screenshot(page, "lab-backward-magic")
 
 
 def test_sidebar_says_what_is_missing(lab, lab_root, page):

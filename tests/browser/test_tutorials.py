@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from labtools import dismiss_popups, open_notebook, run_command, screenshot, wait_for_kernel_idle
+from labtools import dismiss_popups, open_notebook, run_all_cells, screenshot, wait_for_kernel_idle
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -14,9 +14,7 @@ def test_tutorial_renders(lab, lab_root, page, name):
     shutil.copy(EXAMPLES / name, lab_root / name)
     open_notebook(page, lab, name)
     wait_for_kernel_idle(page)
-    run_command(page, "notebook:run-all-cells")
-    page.wait_for_timeout(500)
-    wait_for_kernel_idle(page, timeout=240_000)
+    run_all_cells(page, timeout=240_000)
     errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").all_inner_texts()
     tracebacks = [e for e in errors if "Traceback" in e or "Error" in e.split("\n")[0]]
     assert not tracebacks, tracebacks[:1]

@@ -1,0 +1,51 @@
+"""Arguments of `nbgrad.trace` / `nbgrad.backward` (and so of the magics) checked before anything runs:
+each wrong kind of argument is one clear message instead of a traceback from deep inside a run."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from . import diagnose
+from .errors import ArgumentError, GradError
+
+
+def trace_arguments(model, namespace) -> None:
+    if not isinstance(model, nn.Module):
+        raise ArgumentError(f"the model to trace is {_kind(model)}, not a torch.nn.Module: pass the module itself "
+                            f"(e.g. `model = nbgrad.load_model()`)")
+    _check_namespace(namespace)
+
+
+def backward_arguments(loss, namespace, grad_output=None) -> None:
+    """LOSS a tensor, the namespace a dict, --grad-output a tensor of LOSS's shape."""
+    _check_namespace(namespace)
+    if not isinstance(loss, torch.Tensor):
+        raise ArgumentError(f"LOSS is {_kind(loss)}, not a tensor: give the tensor to backpropagate from "
+                            f"(e.g. `loss` or `logits.sum()`)")
+    if grad_output is None:
+        return
+    if not isinstance(grad_output, torch.Tensor):
+        raise ArgumentError(f"--grad-output (grad_output=) is {_kind(grad_output)}, not a tensor: give a tensor "
+                            f"of LOSS's shape {tuple(loss.shape)}")
+    if grad_output.shape != loss.shape:
+        raise GradError(f"--grad-output (grad_output=) has shape {tuple(grad_output.shape)}, but LOSS has shape "
+                        f"{tuple(loss.shape)}: the vector of a vector-Jacobian product has the shape of LOSS")
+
+
+def loss_requires_grad(loss, namespace: dict, expression: str) -> None:
+    """`%%backward EXPR` of a tensor that does not require grad: name the tensors EXPR is made of."""
+    if isinstance(loss, torch.Tensor) and not loss.requires_grad:
+        raise GradError(diagnose.loss_without_grad(loss, namespace, expression))
+
+
+def _check_namespace(namespace) -> None:
+    if namespace is not None and not isinstance(namespace, dict):
+        raise ArgumentError(f"namespace is {_kind(namespace)}, not a dict: pass the dict of names the cell "
+                            f"reads and binds (e.g. `globals()` or `{{'model': model}}`), or leave it out")
+
+
+def _kind(value) -> str:
+    text = repr(value)
+    shown = f" `{text}`" if len(text) <= 40 else ""
+    article = "an" if type(value).__name__[0].lower() in "aeiou" else "a"
+    return "None" if value is None else f"{article} {type(value).__name__}{shown}"

@@ -1,0 +1,82 @@
+"""What a model takes: its vocabulary and its position table. Token ids past either are one clear
+error before the model runs, naming the limit and where it comes from."""
+from __future__ import annotations
+
+import weakref
+
+from torch import nn
+
+from . import models, naming
+from .errors import InputError
+
+
+def input_embeddings(model: nn.Module):
+    """The model's input embedding module (`get_input_embeddings()`), or None."""
+    try:
+        embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    except (NotImplementedError, AttributeError):
+        return None
+    return embeddings if isinstance(embeddings, nn.Module) else None
+
+
+def check_token_ids(ids, model: nn.Module) -> None:
+    """Token ids past the vocabulary or more positions than the model has: say which limit."""
+    if ids is None or ids.numel() == 0 or ids.is_floating_point() or ids.device.type == "meta":
+        return
+    (vocabulary, vocabulary_source), (positions, positions_source) = limits(model)
+    if vocabulary is not None:
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= vocabulary:
+            raise InputError(f"INPUT has token id {high if high >= vocabulary else low}, outside the model's "
+                             f"vocabulary: {vocabulary_source} = {vocabulary}, so ids are 0–{vocabulary - 1}")
+    if positions is not None and ids.shape[-1] > positions:
+        raise InputError(f"INPUT has {ids.shape[-1]} positions, more than the model takes: "
+                         f"{positions_source} = {positions}. Shorten the input")
+
+
+_limits: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
+
+
+def limits(model: nn.Module) -> tuple:
+    """((vocabulary size, where it comes from), (position limit, where it comes from)); None where unknown.
+    Cached per model until any module is registered anywhere."""
+    cached = _limits.get(model)
+    if cached is not None and cached[0] == models._structure_version[0]:
+        return cached[1]
+    embeddings = _token_table(model)
+    vocabulary = (None, "")
+    if embeddings is not None:
+        vocabulary = (embeddings.num_embeddings, f"{_path_of(model, embeddings)}.num_embeddings")
+    found = (vocabulary, _position_limit(model, embeddings))
+    _limits[model] = (models._structure_version[0], found)
+    return found
+
+
+def _token_table(model: nn.Module):
+    """The embedding that token ids index: the input embeddings, or the first module of a Sequential."""
+    embeddings = input_embeddings(model)
+    if embeddings is None and isinstance(model, nn.Sequential) and len(model):
+        embeddings = model[0]
+    if embeddings is None:
+        embeddings = model
+    return embeddings if isinstance(embeddings, nn.Embedding) else None
+
+
+def _position_limit(model: nn.Module, embeddings) -> tuple:
+    """The config's position limit, where the model has a learned position table of that size (a rotary
+    or relative model takes longer inputs, so its configured limit is no hard limit)."""
+    config = getattr(model, "config", None)
+    for name in ("n_positions", "max_position_embeddings"):
+        limit = getattr(config, name, None)
+        if isinstance(limit, int) and limit > 0 and any(
+                isinstance(module, nn.Embedding) and module is not embeddings
+                and limit <= module.num_embeddings <= limit + 2 for module in model.modules()):
+            return limit, f"model.config.{name}"
+    return None, ""
+
+
+def _path_of(model: nn.Module, module: nn.Module) -> str:
+    if module is model:
+        return "model"
+    name = next((name for name, candidate in model.named_modules() if candidate is module), "")
+    return naming.module_path("model", name) if name else "the input embeddings"

@@ -1,0 +1,70 @@
+"""Inject a KeyboardInterrupt at the k-th line that nbgrad's own code or the cell runs, for a sweep of k.
+
+`sys.settrace` sees every line event; only lines in files of the nbgrad package and in compiled cells
+(`<nbgrad-cell-N>`) count. The interrupt is raised from the trace function, so it surfaces exactly at
+that line, as a real Ctrl-C would between two bytecodes of it. A trace function that raises is
+switched off by Python, so each run gets exactly one interrupt.
+"""
+import os
+import sys
+
+import nbgrad
+from nbgrad.errors import CELL_FILENAME_PREFIX
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(nbgrad.__file__)) + os.sep
+
+
+def counted(filename: str) -> bool:
+    return filename.startswith(PACKAGE_DIR) or filename.startswith(CELL_FILENAME_PREFIX)
+
+
+class Injector:
+    """Counts counted line events; raises KeyboardInterrupt at the `at`-th (never, with at=None)."""
+
+    def __init__(self, at=None, record=False):
+        self.at = at
+        self.count = 0
+        self.where = None
+        self.lines = [] if record else None      # (file, function, line) of each counted line event
+
+    def __enter__(self):
+        sys.settrace(self._call)
+        return self
+
+    def __exit__(self, *exc):
+        sys.settrace(None)
+        return False
+
+    def _call(self, frame, event, arg):
+        return self._line if counted(frame.f_code.co_filename) else None
+
+    def _line(self, frame, event, arg):
+        if event == "line":
+            self.count += 1
+            if self.lines is not None:
+                self.lines.append((os.path.basename(frame.f_code.co_filename), frame.f_code.co_name,
+                                   frame.f_lineno))
+            if self.count == self.at:
+                self.where = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+                raise KeyboardInterrupt(f"injected at line event {self.at} ({self.where})")
+        return self._line
+
+
+# nbgrad's set-up and clean-up: where a missed line leaves hooks, flags or names behind.
+SETUP_AND_CLEANUP = {"__init__", "_run", "_cleanup", "_write_back", "run_trace", "run_backward", "body",
+                     "trace", "backward", "wrapper", "_display", "after_cell"}
+
+
+def points(lines: list, full: bool, stride: int) -> list:
+    """Which k to try: all of them when `full`; else the first time each line of a set-up or clean-up
+    function runs, and every `stride`-th other event. `lines` holds (file, function, line) of each line
+    event of a clean run."""
+    if full:
+        return list(range(1, len(lines) + 1))
+    chosen, seen = [], set()
+    for k, (filename, function, line) in enumerate(lines, start=1):
+        first = (filename, line) not in seen
+        seen.add((filename, line))
+        if (function in SETUP_AND_CLEANUP and first) or k % stride == 1:
+            chosen.append(k)
+    return chosen
