@@ -82,14 +82,21 @@ def session(cells: int, vscode: bool, same_cell: bool, warmup: int = 20) -> dict
             "ms_per_cell": seconds / cells * 1e3}
 
 
+SESSIONS = (("JupyterLab / Notebook 7, different cells", False, False),
+            ("VS Code, the same cell re-run", True, True),
+            ("VS Code, different cells", True, False))
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cells", type=int, default=1000)
+    parser.add_argument("--session", type=int, choices=range(len(SESSIONS)), action="append",
+                        help="run only these sessions (0: JupyterLab, 1: VS Code re-run, 2: VS Code different)")
     args = parser.parse_args(argv)
     print(f"{args.cells} displayed %%trace cells (hs, its gradient) in a kernel; RSS after warm-up -> end")
-    for label, vscode, same in (("JupyterLab / Notebook 7, different cells", False, False),
-                                ("VS Code, the same cell re-run", True, True),
-                                ("VS Code, different cells", True, False)):
+    for index, (label, vscode, same) in enumerate(SESSIONS):
+        if args.session and index not in args.session:
+            continue
         r = session(args.cells, vscode, same)
         print(f"  {label:42s} RSS {r['start_mb']:7.1f} -> {r['end_mb']:7.1f} MB ({r['end_mb'] - r['start_mb']:+6.1f})"
               f"   panel widgets alive {r['widgets']:5d}   {r['ms_per_cell']:.0f} ms/cell")

@@ -95,5 +95,5 @@ def test_nbgrad_line_magic_reports_state(shell, capsys):
     shell.run_line_magic("nbgrad", "")
     out = capsys.readouterr().out
     assert f"nbgrad {nbgrad.__version__}" in out
-    assert "JupyterLab extension: enabled (version 0.1.0;" in out
+    assert f"JupyterLab extension: enabled (version {nbgrad.__version__};" in out
     assert "hooks live: 0" in out

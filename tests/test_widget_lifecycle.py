@@ -41,3 +41,23 @@ def test_rerunning_a_cell_keeps_one_widget_and_the_session_is_bounded(kernel):
         kernel.run(SHOW, f"c-{i}")
     found = kernel.run("", "probe-2", {"live": "live.live_count()", **widgets.PROBE})
     assert found["live"]["data"]["text/plain"] == "3" and found["widgets"]["data"]["text/plain"] == "3"
+
+
+def test_a_closed_panel_widget_is_freed(monkeypatch):
+    """Closing must free the widget and its payload (anywidget given a file path for `_esm` keeps
+    every instance alive through the file watcher's signal)."""
+    import gc
+    import weakref
+
+    import torch
+    from nbgrad.views import live, show
+    monkeypatch.setattr(live, "LIVE_WIDGET", True)
+    monkeypatch.setattr(live, "MAX_LIVE", 2)
+    live.close_all()
+    show(torch.ones(2, 3), "first")._repr_mimebundle_()
+    first = weakref.ref(next(iter(live._live.values()))[0])
+    for _ in range(3):
+        show(torch.ones(2, 3), "later")._repr_mimebundle_()
+    gc.collect()
+    assert live.live_count() == 2 and first() is None
+    live.close_all()

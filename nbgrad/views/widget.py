@@ -9,5 +9,7 @@ HERE = Path(__file__).resolve().parent
 
 
 class PanelWidget(anywidget.AnyWidget):
-    _esm = HERE / "panel.js"
+    # The module's text, not its path: for a path anywidget ties every instance to a file watcher's
+    # signal, which keeps each widget (and its payload) alive after it is closed.
+    _esm = (HERE / "panel.js").read_text(encoding="utf-8")
     payload = traitlets.Dict().tag(sync=True)
