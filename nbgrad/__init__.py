@@ -1,13 +1,14 @@
 """nbgrad: see and change activations and gradients inside PyTorch models, from a notebook."""
 from .api import backward, save, show, trace
 from .errors import GradError, InputError, ModulePathError, NbgradError, OrderError
+from .generation import GenerationResult, generate
 from .models import load_model, tokenizer_for
 from .result import Result
 
 __version__ = "0.1.0"
 
-__all__ = ["load_model", "tokenizer_for", "trace", "backward", "save", "show", "Result", "NbgradError",
-           "GradError", "InputError", "ModulePathError", "OrderError", "__version__"]
+__all__ = ["load_model", "tokenizer_for", "trace", "backward", "generate", "save", "show", "Result",
+           "GenerationResult", "NbgradError", "GradError", "InputError", "ModulePathError", "OrderError", "__version__"]
 
 
 def load_ipython_extension(ipython):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import re
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
@@ -113,6 +114,53 @@ class NbgradMagics(Magics):
         self._display(result, args.quiet, None, f"%%backward {line.strip()}")
         return None
 
+    @magic_arguments()
+    @argument("model", help="name of a generative transformers model in the notebook's namespace")
+    @argument("input", nargs="?", help="Python expression: the prompt (a string or list of strings, "
+                                        "tokenized), token ids, or a dict / BatchEncoding")
+    @argument("--max-new-tokens", type=int, default=20, help="how many tokens to generate (default 20)")
+    @argument("--sample", action="store_true", help="sample instead of greedy decoding")
+    @argument("--out", default=None, help="name to bind the generated token ids to (prompt included)")
+    @argument("--kwargs", default=None, help="expression: a dict of further `generate` keywords")
+    @argument("-q", "--quiet", action="store_true", help="no inline display")
+    @argument("--graph", action="store_true", help="show the hook graph of the cell and do not run it")
+    @argument("--tokenizer", default=None, help="expression for the tokenizer of a text INPUT")
+    @cell_magic
+    @_cell_errors
+    def generate(self, line, cell):
+        """Generate from MODEL with transformers' `generate`, running the cell at every forward call of
+        the model (`step` = 0 for the prompt, then one per new token). Saved names hold a list by step."""
+        __tracebackhide__ = True
+        from . import comm, generation
+        head, _, rest = line.strip().partition(" ")
+        if not head:
+            raise UsageError("usage: %%generate MODEL INPUT [options]; see %%generate?")
+        rest, kwargs_text = _take_expression_option(rest, "--kwargs")
+        input_text, args = split_expression(rest, self.generate, head)
+        model, namespace = self._model(head), self.shell.user_ns
+        if args.graph:
+            print(generation.generate(model, None, cell, namespace, graph=True).graph.to_text())
+            return None
+        if args.out is not None and not args.out.isidentifier():
+            raise UsageError(f"--out takes a name to bind the token ids to; `{args.out}` is not one")
+        if input_text is None:
+            raise InputError("missing INPUT: write `%%generate MODEL INPUT`. " + _input_help())
+        tokenizer = self._evaluate(args.tokenizer, "--tokenizer") if args.tokenizer else None
+        kwargs = self._evaluate(kwargs_text, "--kwargs") if kwargs_text else None
+        if isinstance(kwargs, str):           # quoted: `--kwargs '{"use_cache": False}'`
+            kwargs = self._evaluate(kwargs, "--kwargs")
+        result = generation.generate(model, self._evaluate(input_text, "INPUT"), cell, namespace,
+                                     args.max_new_tokens, sample=args.sample, out=args.out, kwargs=kwargs,
+                                     tokenizer=tokenizer)
+        comm.after_cell(self.shell, model, result)
+        if not args.quiet:
+            from IPython.display import display
+            from .models import tokenizer_for
+            from .views.generation import generation_panel
+            display(generation_panel(result.input_ids, result.output, result.top_next, result.saved,
+                                     tokenizer or tokenizer_for(model), f"%%generate {line.strip()}"))
+        return None
+
     @line_magic
     def show(self, line):
         """%show EXPR: the inline panel for a tensor, or a dict / list of tensors."""
@@ -176,6 +224,21 @@ class NbgradMagics(Magics):
         from .models import tokenizer_for
         from .views import panel_for_result
         display(panel_for_result(result, tokenizer_for(model) if model is not None else None, title))
+
+
+def _take_expression_option(rest: str, option: str) -> tuple:
+    """Take `OPTION EXPR` out of a magic line, EXPR being Python that may hold spaces (`{"use_cache": False}`):
+    the shortest text after OPTION that parses, up to a ` -` or the end. Returns (the line without it, EXPR)."""
+    found = re.search(rf"(^|\s){re.escape(option)}\s+", rest)
+    if found is None:
+        return rest, None
+    start = found.end()
+    ends = [i for i in range(start + 1, len(rest)) if rest[i] == "-" and rest[i - 1].isspace()] + [len(rest)]
+    for end in ends:
+        text = rest[start:end].strip()
+        if _is_expression(text):
+            return f"{rest[:found.start()]} {rest[end:]}".strip(), text
+    return rest, None
 
 
 def _input_help() -> str:

@@ -221,6 +221,22 @@ function topkView(topk) {
   return table;
 }
 
+function stepsView(item, palettes) {
+  // One saved name at every generation step: the slider picks the step whose values are shown.
+  const input = el("input", "nbg-step-slider"), shown = el("span"), holder = el("div", "nbg-row");
+  Object.assign(input, { type: "range", min: "0", max: String(item.steps.length - 1), value: "0" });
+  const draw = () => {
+    shown.textContent = ` ${input.value} (of 0–${item.steps.length - 1})`;
+    const cards = item.steps[Number(input.value)].map((sub) => card(sub, palettes));
+    holder.replaceChildren(...(cards.length ? cards : [el("div", "nbg-note", "nothing saved at this step")]));
+  };
+  input.addEventListener("input", draw);
+  const box = el("div", "nbg-steps"), label = el("label", null, "step ");
+  label.append(input, shown); box.append(label, holder);
+  draw();
+  return box;
+}
+
 function card(item, palettes) {
   const box = el("div", "nbg-card");
   box.dataset.name = item.name;
@@ -229,8 +245,9 @@ function card(item, palettes) {
   head.appendChild(el("span", `nbg-kind nbg-${item.kind}`, item.kind));
   box.appendChild(head);
   if (item.note) box.appendChild(el("div", "nbg-note nbg-warning", item.note));
-  if (item.kind === "value") {
-    box.appendChild(el("div", "nbg-summary", item.value));
+  if (item.kind === "value" || item.kind === "steps") {
+    box.appendChild(item.steps ? stepsView(item, palettes) : el("div", "nbg-summary", item.value));
+    if (item.topk) box.appendChild(topkView(item.topk));
     return box;
   }
   box.appendChild(summaryLine(item));

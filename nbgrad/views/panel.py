@@ -41,9 +41,12 @@ class Panel:
         except Exception:       # no widget machinery here: the static forms still show
             pass
         bundle[MIME_TYPE] = self.payload
-        bundle["text/html"] = static_html(self.payload)
-        bundle["text/plain"] = text_summary(self.payload)
+        bundle["text/html"] = self.static_html()
+        bundle["text/plain"] = repr(self)
         return bundle
+
+    def static_html(self) -> str:
+        return static_html(self.payload)
 
     def __repr__(self):
         return text_summary(self.payload)
