@@ -10,8 +10,8 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 NOTEBOOKS = sorted(EXAMPLES.glob("*.ipynb"))
 
 
-def test_there_are_five_tutorials():
-    assert len(NOTEBOOKS) == 5
+def test_there_are_six_tutorials():
+    assert len(NOTEBOOKS) == 6
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
