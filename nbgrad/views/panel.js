@@ -231,7 +231,7 @@ function stepsView(item, palettes) {
     holder.replaceChildren(...(cards.length ? cards : [el("div", "nbg-note", "nothing saved at this step")]));
   };
   input.addEventListener("input", draw);
-  const box = el("div", "nbg-steps"), label = el("label", null, "step ");
+  const box = el("div", "nbg-step-view"), label = el("label", null, "step ");
   label.append(input, shown); box.append(label, holder);
   draw();
   return box;
