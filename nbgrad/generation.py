@@ -3,8 +3,8 @@ compiled program runs once per forward call of the model (a step), each step a f
 graph with `step` bound in the namespace. What a step saved is kept; after the cell each saved name
 holds a list indexed by step.
 
-    before generate   open step 0: snapshot, hooks on the events the graph names
-    model called      (a pre-hook ahead of every other) start the step: `step` is bound already
+    before generate   open step 0: snapshot, hooks on the events the graph names, `step` bound
+    model called      (a pre-hook ahead of every other) start the step
     model returned    (a hook after the step's own) finish it, keep what it saved, close it, open the next
     after generate    close the step left open; bind every saved name to its list by step
 """
@@ -18,13 +18,15 @@ from torch import nn
 from . import models
 from .api import _namespace
 from .compiler import compile_cell
-from .errors import InputError, NbgradError
+from .errors import GradError, InputError, NbgradError
 from .inputs import call_arguments, input_ids_of
 from .result import Result
 from .runtime import Runtime
 
 STEP_NAME = "step"
 TOP_K = 5
+NO_GRAD = ("%%generate runs under torch.no_grad(), as transformers' generate does: for gradients of a "
+           "continuation, %%trace the generated ids (bound by --out NAME)")
 _MISSING = object()
 
 
@@ -73,7 +75,6 @@ class Generation:
         self.bound: list = []            # per step: {name: value} of the names that held what it saved
         self.top_next: list = []
         self.shapes: dict = {}
-        self._begin = None               # handle of the pre-hook that starts each step
         self._step_before = namespace.get(STEP_NAME, _MISSING)
 
     def run(self, args: tuple, kwargs: dict) -> GenerationResult:
@@ -82,7 +83,6 @@ class Generation:
         try:
             with torch.no_grad():        # from the first snapshot on: each step gives back the grad mode it found
                 self._open()
-                self._begin = self.model.register_forward_pre_hook(self._on_call, prepend=True)
                 output = self.model.generate(*args, **kwargs)
         except BaseException as error:
             raise self._failed(error)
@@ -102,8 +102,11 @@ class Generation:
         self.ns[STEP_NAME] = self.step
         self.runtime = Runtime(self.program, self.ns, model=self.model, no_grad=True)
         self.runtime.open_step()
-        # Through the step's own hook set: registered after its hooks (so it runs after them), removed with them.
-        self.runtime.hooks.add("generation step", lambda: self.model.register_forward_hook(self._on_return))
+        # The step's own hook set holds the hooks that start and finish it, so they go with its other hooks.
+        # Starting comes before every other pre-hook; finishing after the step's hooks, registered before it.
+        hooks, model = self.runtime.hooks, self.model
+        hooks.add("step starts", lambda: model.register_forward_pre_hook(self._on_call, prepend=True))
+        hooks.add("step ends", lambda: model.register_forward_hook(self._on_return))
 
     def _on_call(self, module, args):
         if self.running or self.runtime.scheduler.in_statement:
@@ -140,9 +143,8 @@ class Generation:
         return shown
 
     def _close(self, grad_mode: bool) -> None:
-        """Hooks first (nothing of ours may fire again), then `step`, the saved lists and grad mode."""
-        if self._begin is not None:
-            self._begin.remove()
+        """The open step first (its hooks, so nothing of ours fires again), then `step`, the saved lists and
+        grad mode."""
         if self.runtime is not None:
             self.runtime.close()
         self.running = False
@@ -191,6 +193,8 @@ def _at_step(error: BaseException, step: int) -> None:
     """Say at which step of the generation an error was raised."""
     if isinstance(error, NbgradError):
         error.detail = f"{error.detail} (at generation step {step})"
+        if isinstance(error, GradError):
+            error.detail += f". {NO_GRAD}"
         error.args = (f"line {error.line}: {error.detail}" if error.line else error.detail,) + error.args[1:]
     elif isinstance(error, Exception):
         error.add_note(f"nbgrad: raised at generation step {step}")

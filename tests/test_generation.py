@@ -240,3 +240,55 @@ def test_a_batch_of_prompts_is_padded_on_the_left(default_model):
     encoded = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
     assert torch.equal(result.output, default_model.generate(**encoded, max_new_tokens=4, do_sample=False))
     assert [tuple(h.shape[:2]) for h in namespace["h"]] == [(2, encoded["input_ids"].shape[1])] + [(2, 1)] * 3
+
+
+def test_an_interrupt_between_two_steps_leaves_the_model_clean(tiny_lm, ids):
+    """Ctrl-C while transformers picks a token (a step finished, the next one open but not started)."""
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    class InterruptAtThirdToken(LogitsProcessor):
+        calls = 0
+
+        def __call__(self, input_ids, scores):
+            self.calls += 1
+            if self.calls == 3:
+                raise KeyboardInterrupt
+            return scores
+    before = model_state(tiny_lm)
+    namespace = {"model": tiny_lm}
+    with pytest.raises(KeyboardInterrupt):
+        nbgrad.generate(tiny_lm, ids, "h = model.transformer.h[0].output.save()", namespace, max_new_tokens=5,
+                        kwargs={"logits_processor": LogitsProcessorList([InterruptAtThirdToken()])})
+    assert_clean(tiny_lm, before)
+    assert len(namespace["h"]) == 3 and "step" not in namespace and "__nbgrad__" not in namespace
+
+
+def test_an_interrupt_inside_the_model_at_step_3_leaves_the_model_clean(tiny_lm, ids):
+    calls = []
+
+    def interrupt_at_step_3(module, args, output):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+    handle = tiny_lm.transformer.h[2].register_forward_hook(interrupt_at_step_3)
+    try:
+        before = model_state(tiny_lm)
+        with pytest.raises(KeyboardInterrupt):
+            nbgrad.generate(tiny_lm, ids, "model.transformer.h[1].output[:] *= 2\nx = model.transformer.h[3].output.save()",
+                            max_new_tokens=5)
+        assert_clean(tiny_lm, before)
+    finally:
+        handle.remove()
+
+
+def test_the_model_input_of_every_step(tiny_lm, ids):
+    namespace = {"model": tiny_lm}
+    result = nbgrad.generate(tiny_lm, ids, "first = model.input.save()", namespace, max_new_tokens=4)
+    assert torch.equal(namespace["first"][0], ids)
+    assert [int(value) for value in namespace["first"][1:]] == result.output[0, ids.shape[1]:-1].tolist()
+
+
+def test_a_backward_pass_in_the_body_says_generation_has_no_gradients(tiny_lm, ids):
+    with pytest.raises(nbgrad.GradError, match=r"at generation step 0\). %%generate runs under torch.no_grad\(\).*"
+                                               r"%%trace the generated ids"):
+        nbgrad.generate(tiny_lm, ids, "model.output.logits.sum().backward()", max_new_tokens=3)
