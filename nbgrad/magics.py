@@ -146,6 +146,7 @@ class NbgradMagics(Magics):
         if input_text is None:
             raise InputError("missing INPUT: write `%%generate MODEL INPUT`. " + _input_help())
         tokenizer = self._evaluate(args.tokenizer, "--tokenizer") if args.tokenizer else None
+        kwargs_text = kwargs_text or args.kwargs
         kwargs = self._evaluate(kwargs_text, "--kwargs") if kwargs_text else None
         if isinstance(kwargs, str):           # quoted: `--kwargs '{"use_cache": False}'`
             kwargs = self._evaluate(kwargs, "--kwargs")
