@@ -56,6 +56,7 @@ test: install
 
 bench: install
 	$(PY) bench/overhead.py
+	$(PY) bench/generate.py
 	$(PY) bench/memory.py
 	$(PY) bench/panels.py
 	$(PY) bench/widgets.py

@@ -2,14 +2,15 @@
 from .api import backward, save, show, trace
 from .attribution import Attribution, attribute, attribution_patching
 from .errors import GradError, InputError, ModulePathError, NbgradError, OrderError
+from .generation import GenerationResult, generate
 from .models import load_model, processor_for, tokenizer_for
 from .result import Result
 
 __version__ = "0.1.0"
 
-__all__ = ["load_model", "tokenizer_for", "processor_for", "trace", "backward", "save", "show", "Result",
-           "attribute", "attribution_patching", "Attribution", "NbgradError", "GradError", "InputError",
-           "ModulePathError", "OrderError", "__version__"]
+__all__ = ["load_model", "tokenizer_for", "processor_for", "trace", "backward", "generate", "save", "show", "Result",
+           "GenerationResult", "attribute", "attribution_patching", "Attribution", "NbgradError", "GradError",
+           "InputError", "ModulePathError", "OrderError", "__version__"]
 
 
 def load_ipython_extension(ipython):

@@ -104,6 +104,54 @@ class NbgradMagics(Magics):
         self._display(result, args.quiet, None, f"%%backward {line.strip()}")
         return None
 
+    @magic_arguments()
+    @argument("model", help="name of a generative transformers model in the notebook's namespace")
+    @argument("input", nargs="?", help="Python expression: the prompt (a string or list of strings, "
+                                        "tokenized), token ids, or a dict / BatchEncoding")
+    @argument("--max-new-tokens", type=int, default=20, help="how many tokens to generate (default 20)")
+    @argument("--sample", action="store_true", help="sample instead of greedy decoding")
+    @argument("--out", default=None, help="name to bind the generated token ids to (prompt included)")
+    @argument("--kwargs", default=None, help="expression: a dict of further `generate` keywords")
+    @argument("-q", "--quiet", action="store_true", help="no inline display")
+    @argument("--graph", action="store_true", help="show the hook graph of the cell and do not run it")
+    @argument("--tokenizer", default=None, help="expression for the tokenizer of a text INPUT")
+    @no_var_expand
+    @cell_magic
+    @_cell_errors
+    def generate(self, line, cell):
+        """Generate from MODEL with transformers' `generate`, running the cell at every forward call of
+        the model (`step` = 0 for the prompt, then one per new token). Saved names hold a list by step."""
+        __tracebackhide__ = True
+        from . import comm, generation
+        head, _, rest = line.strip().partition(" ")
+        if not head:
+            raise UsageError("usage: %%generate MODEL INPUT [options]; see %%generate?")
+        input_text, args = split_expression(rest, self.generate, head)
+        model, namespace = self._model(head), self.shell.user_ns
+        if args.graph:
+            return _show_graph(generation.generate(model, None, cell, namespace, graph=True).graph,
+                               f"%%generate {line.strip()}")
+        if args.out is not None and not args.out.isidentifier():
+            raise UsageError(f"--out takes a name to bind the token ids to; `{args.out}` is not one")
+        if input_text is None:
+            from .inputs import INPUT_HELP
+            raise InputError(f"missing INPUT: write `%%generate MODEL INPUT`. {INPUT_HELP}")
+        tokenizer = self._evaluate(args.tokenizer, "--tokenizer") if args.tokenizer else None
+        kwargs = self._evaluate(args.kwargs, "--kwargs") if args.kwargs else None
+        if isinstance(kwargs, str):           # quoted: `--kwargs '{"use_cache": False}'`
+            kwargs = self._evaluate(kwargs, "--kwargs")
+        result = generation.generate(model, self._evaluate(input_text, "INPUT"), cell, namespace,
+                                     args.max_new_tokens, sample=args.sample, out=args.out, kwargs=kwargs,
+                                     tokenizer=tokenizer)
+        comm.after_cell(self.shell, model, result)
+        if not args.quiet:
+            from IPython.display import display
+            from .models import tokenizer_for
+            from .views.generation import generation_panel
+            display(generation_panel(result.input_ids, result.output, result.top_next, result.saved,
+                                     tokenizer or tokenizer_for(model), f"%%generate {line.strip()}"))
+        return None
+
     @line_magic
     def show(self, line):
         """%show EXPR: the inline panel for a tensor, or a dict / list of tensors."""
@@ -189,7 +237,6 @@ class NbgradMagics(Magics):
         display(panel_for_result(result, tokenizer_for(model) if model is not None else None, title))
 
 
-
 def _show_graph(graph, title: str) -> None:
     """`--graph`: the hook graph as a picture, its text form beside it (what a terminal prints)."""
     from IPython.display import display
@@ -204,8 +251,6 @@ def _explain_unsaved(shell, etype, value, tb, tb_offset=None):
         value.args = (f"name '{name}' is not defined: it was bound inside a %%trace cell to a traced value "
                       f"that was not saved. Add `.save()` (`{name} = ....save()`) to keep it after the cell",)
     shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
-
-
 
 
 def load(ipython) -> None:

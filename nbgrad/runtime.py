@@ -97,6 +97,39 @@ class Runtime:
             self.gradients.backward(None, Backward(loss, 0, [], kwargs, True))
         return self._run(body)
 
+    # --- one step of a run whose model call is made elsewhere (each forward call of `generate`) -----
+
+    def open_step(self) -> None:
+        """Before the caller's model call: take the snapshot and hook what the graph names. Then
+        `start_step()` as the call begins, `finish_step()` after it, and `close()` in a `finally`.
+        Grad mode is the caller's (generation runs under `torch.no_grad()`)."""
+        self._enter()
+        self.forward.hook_targets(self.program.forward_targets, self.ns)
+
+    def start_step(self) -> None:
+        self.scheduler.start_ready()
+        self.forward.model_running = True
+
+    def finish_step(self) -> Result:
+        self.forward.model_running = False
+        self.forward.done = True
+        self.scheduler.start_ready()
+        self._check_finished()
+        return self._result()
+
+    def close(self, error: BaseException | None = None) -> BaseException | None:
+        """Give everything back (idempotent, as `_run`'s clean-up); with `error`, return it as the cell
+        shows it, hints added."""
+        try:
+            if error is not None:
+                hints.add_hints(error, self)
+        finally:
+            try:
+                self._exit()
+            finally:
+                self._exit()
+        return None if error is None else for_the_cell(error)
+
     def _run(self, body) -> Result:
         __tracebackhide__ = True
         try:

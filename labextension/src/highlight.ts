@@ -1,5 +1,6 @@
-// `%%trace` / `%%backward` cells: the magic line reads as a magic (name, argument, options), the body
-// stays Python, and the line after the magic is not indented as if it continued an expression.
+// `%%trace` / `%%backward` / `%%generate` cells: the magic line reads as a magic (name, argument,
+// options), the body stays Python, and the line after the magic is not indented as if it continued an
+// expression.
 import { indentService } from '@codemirror/language';
 import { RangeSetBuilder } from '@codemirror/state';
 import {
@@ -18,7 +19,7 @@ import {
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
 
-const MAGIC = /^(%%(?:trace|backward))\b(\s*)(.*)$/;
+const MAGIC = /^(%%(?:trace|backward|generate))\b(\s*)(\S*)(.*)$/;
 const OPTION = /(^|\s)(--?[A-Za-z][\w-]*)/g;
 
 const nameMark = Decoration.mark({ class: 'nbgrad-magic-name' });
@@ -95,7 +96,7 @@ const magicIndent = indentService.of((context, pos) => {
 
 export const highlightPlugin: JupyterFrontEndPlugin<void> = {
   id: 'nbgrad:magic-highlight',
-  description: 'Highlights %%trace / %%backward magic lines; bodies stay Python.',
+  description: 'Highlights %%trace / %%backward / %%generate magic lines; bodies stay Python.',
   autoStart: true,
   requires: [IEditorExtensionRegistry],
   activate: (app: JupyterFrontEnd, registry: IEditorExtensionRegistry) => {

@@ -1,37 +1,20 @@
-// nbgrad panel renderer: one ES module, no imports. Used as the anywidget front end (any Jupyter
-// front end) and by the JupyterLab extension's MIME renderer (saved notebooks, no kernel needed).
-// It builds DOM from data only: every label goes in through textContent, never as markup.
+// nbgrad panel renderer: one ES module, no imports, used as the anywidget front end and by the JupyterLab
+// extension's MIME renderer. It builds DOM from data only: labels go in through textContent, never markup.
 
 const STYLE_ID = "nbgrad-panel-style";
 const CSS = `
-.nbgrad-panel { font-family: var(--jp-ui-font-family, sans-serif); font-size: 12px; color: var(--jp-ui-font-color1, #222); }
-.nbgrad-panel .nbg-title { font-weight: 600; margin: 2px 0 6px; }
-.nbgrad-panel .nbg-note { color: var(--jp-ui-font-color2, #666); font-style: italic; margin: 2px 0; }
-.nbgrad-panel .nbg-tabs { display: flex; flex-wrap: wrap; gap: 2px; border-bottom: 1px solid #ccc; margin-bottom: 6px; }
-.nbgrad-panel .nbg-tab { border: 1px solid #ccc; border-bottom: none; background: #f3f3f3; padding: 3px 8px; cursor: pointer; font: inherit; }
-.nbgrad-panel .nbg-tab.nbg-active { background: #fff; font-weight: 600; }
-.nbgrad-panel .nbg-row { display: flex; flex-wrap: wrap; gap: 12px; align-items: flex-start; }
-.nbgrad-panel .nbg-card { border: 1px solid #ddd; border-radius: 4px; padding: 6px 8px; background: var(--jp-layout-color1, #fff); }
-.nbgrad-panel .nbg-name { font-family: var(--jp-code-font-family, monospace); font-weight: 600; }
-.nbgrad-panel .nbg-kind { font-size: 10px; border-radius: 3px; padding: 0 4px; margin-left: 6px; background: #e8eef8; }
-.nbgrad-panel .nbg-kind.nbg-gradient { background: #fbe3d6; }
-.nbgrad-panel .nbg-summary { font-family: var(--jp-code-font-family, monospace); margin: 4px 0; white-space: pre-wrap; }
-.nbgrad-panel .nbg-bad { color: #b00020; font-weight: 700; }
-.nbgrad-panel .nbg-stats td { padding: 0 8px 0 0; font-family: var(--jp-code-font-family, monospace); }
-.nbgrad-panel canvas { image-rendering: pixelated; border: 1px solid #eee; }
-.nbgrad-panel .nbg-controls label { margin-right: 10px; }
-.nbgrad-panel .nbg-hover { font-family: var(--jp-code-font-family, monospace); min-height: 1.4em; }
-.nbgrad-panel .nbg-legend { display: flex; align-items: center; gap: 4px; font-family: var(--jp-code-font-family, monospace); }
-.nbgrad-panel table.nbg-topk { border-collapse: collapse; margin-top: 4px; }
-.nbgrad-panel table.nbg-topk td, .nbgrad-panel table.nbg-topk th { border: 1px solid #eee; padding: 1px 4px; font-family: var(--jp-code-font-family, monospace); white-space: pre; }
+.nbgrad-panel { font-family: var(--jp-ui-font-family, sans-serif); font-size: 12px; color: var(--jp-ui-font-color1, #222); } .nbgrad-panel .nbg-title { font-weight: 600; margin: 2px 0 6px; } .nbgrad-panel .nbg-note { color: var(--jp-ui-font-color2, #666); font-style: italic; margin: 2px 0; }
+.nbgrad-panel .nbg-tabs { display: flex; flex-wrap: wrap; gap: 2px; border-bottom: 1px solid #ccc; margin-bottom: 6px; } .nbgrad-panel .nbg-tab { border: 1px solid #ccc; border-bottom: none; background: #f3f3f3; padding: 3px 8px; cursor: pointer; font: inherit; } .nbgrad-panel .nbg-tab.nbg-active { background: #fff; font-weight: 600; }
+.nbgrad-panel .nbg-row { display: flex; flex-wrap: wrap; gap: 12px; align-items: flex-start; } .nbgrad-panel .nbg-card { border: 1px solid #ddd; border-radius: 4px; padding: 6px 8px; background: var(--jp-layout-color1, #fff); } .nbgrad-panel .nbg-name { font-family: var(--jp-code-font-family, monospace); font-weight: 600; }
+.nbgrad-panel .nbg-kind { font-size: 10px; border-radius: 3px; padding: 0 4px; margin-left: 6px; background: #e8eef8; } .nbgrad-panel .nbg-kind.nbg-gradient { background: #fbe3d6; } .nbgrad-panel .nbg-summary { font-family: var(--jp-code-font-family, monospace); margin: 4px 0; white-space: pre-wrap; }
+.nbgrad-panel .nbg-bad { color: #b00020; font-weight: 700; } .nbgrad-panel .nbg-stats td { padding: 0 8px 0 0; font-family: var(--jp-code-font-family, monospace); } .nbgrad-panel canvas { image-rendering: pixelated; border: 1px solid #eee; }
+.nbgrad-panel .nbg-controls label { margin-right: 10px; } .nbgrad-panel .nbg-hover { font-family: var(--jp-code-font-family, monospace); min-height: 1.4em; } .nbgrad-panel .nbg-legend { display: flex; align-items: center; gap: 4px; font-family: var(--jp-code-font-family, monospace); }
+.nbgrad-panel table.nbg-topk { border-collapse: collapse; margin-top: 4px; } .nbgrad-panel table.nbg-topk td, .nbgrad-panel table.nbg-topk th { border: 1px solid #eee; padding: 1px 4px; font-family: var(--jp-code-font-family, monospace); white-space: pre; }
 `;
 
 function ensureStyle(doc) {
   if (!doc || doc.getElementById(STYLE_ID)) return;
-  const style = doc.createElement("style");
-  style.id = STYLE_ID;
-  style.textContent = CSS;
-  doc.head.appendChild(style);
+  doc.head.appendChild(Object.assign(doc.createElement("style"), { id: STYLE_ID, textContent: CSS }));
 }
 
 function el(tag, cls, text) {
@@ -223,6 +206,22 @@ function topkView(topk) {
   return table;
 }
 
+function stepsView(item, palettes) {
+  // One saved name at every generation step: the slider picks the step whose values are shown.
+  const input = el("input", "nbg-step-slider"), shown = el("span"), holder = el("div", "nbg-row");
+  Object.assign(input, { type: "range", min: "0", max: String(item.steps.length - 1), value: "0" });
+  const draw = () => {
+    shown.textContent = ` ${input.value} (of 0–${item.steps.length - 1})`;
+    const cards = item.steps[Number(input.value)].map((sub) => card(sub, palettes));
+    holder.replaceChildren(...(cards.length ? cards : [el("div", "nbg-note", "nothing saved at this step")]));
+  };
+  input.addEventListener("input", draw);
+  const box = el("div", "nbg-step-view"), label = el("label", null, "step ");
+  label.append(input, shown); box.append(label, holder);
+  draw();
+  return box;
+}
+
 function card(item, palettes) {
   const box = el("div", "nbg-card");
   box.dataset.name = item.name;
@@ -231,8 +230,9 @@ function card(item, palettes) {
   if (item.kind === "gradient" && item.partner) head.appendChild(el("span", "nbg-note nbg-of", ` of ${item.partner}`));
   box.appendChild(head);
   if (item.note) box.appendChild(el("div", "nbg-note nbg-warning", item.note));
-  if (item.kind === "value") {
-    box.appendChild(el("div", "nbg-summary", item.value));
+  if (item.kind === "value" || item.kind === "steps") {
+    box.appendChild(item.steps ? stepsView(item, palettes) : el("div", "nbg-summary", item.value));
+    if (item.topk) box.appendChild(topkView(item.topk));
     return box;
   }
   if (item.kind === "graph") {  // an SVG picture as an image: never markup in the page

@@ -39,8 +39,8 @@ class Panel:
     def _repr_mimebundle_(self, include=None, exclude=None):
         bundle = self._widget_bundle() if live.wants_widget() else {}
         bundle[MIME_TYPE] = self.payload
-        bundle["text/html"] = static_html(self.payload)
-        bundle["text/plain"] = text_summary(self.payload)
+        bundle["text/html"] = self.static_html()
+        bundle["text/plain"] = repr(self)
         return bundle
 
     def _widget_bundle(self) -> dict:
@@ -51,6 +51,9 @@ class Panel:
             return {}
         live.track(widget)
         return dict(data[0] if isinstance(data, tuple) else data)
+
+    def static_html(self) -> str:
+        return static_html(self.payload)
 
     def __repr__(self):
         return text_summary(self.payload)

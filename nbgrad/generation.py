@@ -1,0 +1,211 @@
+"""`nbgrad.generate` and `%%generate`: transformers' own `model.generate` drives the loop, and the cell's
+compiled program runs once per forward call of the model (a step), each step a fresh run of the hook
+graph with `step` bound in the namespace. What a step saved is kept; after the cell each saved name
+holds a list indexed by step.
+
+    before generate   open step 0: snapshot, hooks on the events the graph names, `step` bound
+    model called      (a pre-hook ahead of every other) start the step
+    model returned    (a hook after the step's own) finish it, keep what it saved, close it, open the next
+    after generate    close the step left open; bind every saved name to its list by step
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from . import models
+from .api import _namespace
+from .compiler import compile_cell
+from .errors import GradError, InputError, NbgradError
+from .inputs import call_arguments, input_ids_of
+from .result import Result
+from .runtime import Runtime
+
+STEP_NAME = "step"
+TOP_K = 5
+NO_GRAD = ("%%generate runs under torch.no_grad(), as transformers' generate does: for gradients of a "
+           "continuation, %%trace the generated ids (bound by --out NAME)")
+_MISSING = object()
+
+
+@dataclass
+class GenerationResult(Result):
+    """A `Result` whose saved values are lists indexed by step, with the generated token ids."""
+    output: object = None                            # token ids, prompt included
+    top_next: list = field(default_factory=list)     # per step: (ids, probs) [rows, k] of the next token, or None
+
+
+def generate(model: nn.Module, input, source: str, namespace: dict | None = None, max_new_tokens: int = 20, *,
+             sample: bool = False, out: str | None = None, kwargs: dict | None = None, tokenizer=None,
+             graph: bool = False, quiet: bool = True) -> GenerationResult:
+    """Run `source` (the body of a `%%generate` cell) at every forward call of `model.generate(input)`."""
+    program = compile_cell(source, "trace")
+    if graph:
+        return GenerationResult(saved={}, graph=program.graph)
+    namespace = _namespace(namespace, model)
+    tokenizer = tokenizer or models.tokenizer_for(model)
+    model = models.compiled_inner(model) or model
+    if not callable(getattr(model, "generate", None)):
+        raise NbgradError(f"%%generate needs a model with transformers' `generate` (a generative model); "
+                          f"{type(model).__name__} has none. Use %%trace for a single forward call")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise InputError(f"--kwargs must be a dict of `generate` keywords, not a {type(kwargs).__name__}")
+    models.remember(model)
+    args, call_kwargs = _arguments(input, model, tokenizer)
+    options = {"max_new_tokens": max_new_tokens, "do_sample": sample, **_pad_token(model, tokenizer),
+               **(kwargs or {})}
+    result = Generation(program, namespace, model).run(args, {**call_kwargs, **options})
+    result.input_ids = input_ids_of(args, call_kwargs)
+    if out:
+        namespace[out] = result.output
+    return result
+
+
+class Generation:
+    """One generation with the cell's hook graph in place. Create, call `run`, discard."""
+
+    def __init__(self, program, namespace: dict, model: nn.Module):
+        self.program, self.ns, self.model = program, namespace, model
+        self.runtime = None              # the step opened, or running now
+        self.step = 0
+        self.running = False             # between the model call's start and its return
+        self.saved: list = []            # per step: the step's Result.saved
+        self.bound: list = []            # per step: {name: value} of the names that held what it saved
+        self.top_next: list = []
+        self.shapes: dict = {}
+        self._step_before = namespace.get(STEP_NAME, _MISSING)
+
+    def run(self, args: tuple, kwargs: dict) -> GenerationResult:
+        __tracebackhide__ = True
+        grad_mode = torch.is_grad_enabled()
+        try:
+            with torch.no_grad():        # from the first snapshot on: each step gives back the grad mode it found
+                self._open()
+                output = self.model.generate(*args, **kwargs)
+        except BaseException as error:
+            raise self._failed(error)
+        finally:
+            try:
+                self._close(grad_mode)
+            finally:
+                self._close(grad_mode)     # again: every step is idempotent, and an interrupt may cut the first
+        names = list(dict.fromkeys(name for saved in self.saved for name in saved))
+        return GenerationResult(saved={name: [saved.get(name) for saved in self.saved] for name in names},
+                                graph=self.program.graph, shapes=self.shapes,
+                                output=getattr(output, "sequences", output), top_next=self.top_next)
+
+    # --- steps ----------------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        self.ns[STEP_NAME] = self.step
+        self.runtime = Runtime(self.program, self.ns, model=self.model, no_grad=True)
+        self.runtime.open_step()
+        # The step's own hook set holds the hooks that start and finish it, so they go with its other hooks.
+        # Starting comes before every other pre-hook; finishing after the step's hooks, registered before it.
+        hooks, model = self.runtime.hooks, self.model
+        hooks.add("step starts", lambda: model.register_forward_pre_hook(self._on_call, prepend=True))
+        hooks.add("step ends", lambda: model.register_forward_hook(self._on_return))
+
+    def _on_call(self, module, args):
+        if self.running or self.runtime.scheduler.in_statement:
+            return None          # a call the cell's own code makes: not a step
+        self.running = True
+        self.runtime.start_step()
+        return None
+
+    def _on_return(self, module, args, output):
+        runtime = self.runtime
+        if not self.running or runtime.scheduler.in_statement:
+            return None
+        self._keep(runtime.finish_step(), output)
+        runtime.close()
+        self.running = False
+        self.step += 1
+        self._open()
+        return None
+
+    def _keep(self, result: Result, output) -> None:
+        saved_ids = {id(value) for value in result.saved.values()}
+        self.saved.append(result.saved)
+        self.bound.append({name: self.ns[name] for name in sorted(self.program.bound_names)
+                           if name in self.ns and _holds(self.ns[name], saved_ids)})
+        self.shapes = result.shapes
+        self.top_next.append(_top_next(output))
+
+    # --- the end --------------------------------------------------------------------------------
+
+    def _failed(self, error: BaseException) -> BaseException:
+        shown = self.runtime.close(error) if self.runtime is not None else error
+        if self.running:
+            _at_step(shown, self.step)
+        return shown
+
+    def _close(self, grad_mode: bool) -> None:
+        """The open step first (its hooks, so nothing of ours fires again), then `step`, the saved lists and
+        grad mode."""
+        if self.runtime is not None:
+            self.runtime.close()
+        self.running = False
+        if self._step_before is _MISSING:
+            self.ns.pop(STEP_NAME, None)
+        else:
+            self.ns[STEP_NAME] = self._step_before
+        for name in dict.fromkeys(name for bound in self.bound for name in bound):
+            self.ns[name] = [bound.get(name) for bound in self.bound]
+        torch.set_grad_enabled(grad_mode)
+
+
+def _arguments(input, model: nn.Module, tokenizer) -> tuple:
+    """The call arguments; prompts of different lengths padded on the left, so each row's new tokens
+    follow its own last token."""
+    side = getattr(tokenizer, "padding_side", None)
+    if side is None or not isinstance(input, list):
+        return call_arguments(input, model, tokenizer)
+    tokenizer.padding_side = "left"
+    try:
+        return call_arguments(input, model, tokenizer)
+    finally:
+        tokenizer.padding_side = side
+
+
+def _holds(value, saved_ids: set) -> bool:
+    """Is this a value the step saved, or a list / tuple / dict holding one?"""
+    if id(value) in saved_ids:
+        return True
+    if isinstance(value, dict):
+        value = list(value.values())
+    return isinstance(value, (list, tuple)) and any(id(element) in saved_ids for element in value)
+
+
+def _top_next(output):
+    """(ids, probs) of the most likely next tokens per row, from the model's logits at the last position."""
+    logits = getattr(output, "logits", None)
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 3 or not logits.is_floating_point():
+        return None
+    probs = logits[:, -1].detach().float().softmax(dim=-1)
+    values, ids = probs.topk(min(TOP_K, probs.shape[-1]), dim=-1)
+    return ids.cpu(), values.cpu()
+
+
+def _at_step(error: BaseException, step: int) -> None:
+    """Say at which step of the generation an error was raised."""
+    if isinstance(error, NbgradError):
+        error.detail = f"{error.detail} (at generation step {step})"
+        if isinstance(error, GradError):
+            error.detail += f". {NO_GRAD}"
+        error.args = (f"line {error.line}: {error.detail}" if error.line else error.detail,) + error.args[1:]
+    elif isinstance(error, Exception):
+        error.add_note(f"nbgrad: raised at generation step {step}")
+
+
+def _pad_token(model: nn.Module, tokenizer) -> dict:
+    """`pad_token_id` for a model whose generation config has none (transformers warns otherwise)."""
+    config = getattr(model, "generation_config", None)
+    if config is None or config.pad_token_id is not None:
+        return {}
+    pad = getattr(tokenizer, "pad_token_id", None)
+    if pad is None:
+        pad = config.eos_token_id[0] if isinstance(config.eos_token_id, list) else config.eos_token_id
+    return {} if pad is None else {"pad_token_id": pad}
