@@ -118,17 +118,17 @@ class Runtime:
         return self._result()
 
     def close(self, error: BaseException | None = None) -> BaseException | None:
-        """Give everything back (idempotent, as `_run`'s clean-up); with `error`, return it as the cell
-        shows it, hints added."""
+        """Give everything back (idempotent, from two nested `finally` blocks as in `_run`); with `error`,
+        return it as the cell shows it, hints added."""
         try:
-            if error is not None:
-                hints.add_hints(error, self)
-        finally:
             try:
-                self._exit()
+                if error is not None:
+                    error = self._for_the_cell(error)
             finally:
                 self._exit()
-        return None if error is None else for_the_cell(error)
+        finally:
+            self._exit()
+        return error
 
     def _run(self, body) -> Result:
         __tracebackhide__ = True
