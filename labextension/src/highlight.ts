@@ -19,7 +19,7 @@ import {
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
 
-const MAGIC = /^(%%(?:trace|backward|generate))\b(\s*)(\S*)(.*)$/;
+const MAGIC = /^(%%(?:trace|backward|generate))\b(\s*)(.*)$/;
 const OPTION = /(^|\s)(--?[A-Za-z][\w-]*)/g;
 
 const nameMark = Decoration.mark({ class: 'nbgrad-magic-name' });

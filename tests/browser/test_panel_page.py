@@ -45,7 +45,8 @@ h = model.transformer.h[1].output.save()
 """)
     default_model.zero_grad(set_to_none=True)
     _render(page, json.loads(json.dumps(panel_for_result(result, nbgrad.tokenizer_for(default_model)).payload)))
-    assert page.locator(".nbg-tab").all_inner_texts() == []           # one group: no tab bar
+    # h and its gradient share one tab; the run's hook graph has its own
+    assert page.locator(".nbg-tab").all_inner_texts() == ["h + g", "graph"]
     assert page.locator(".nbg-card .nbg-name").all_inner_texts() == ["h", "g"]
     assert "of h" in page.locator(".nbg-card").nth(1).inner_text()
 
