@@ -95,7 +95,7 @@ def _option_word(magic, name: str, action, value: str, has_value: bool) -> str:
         return name
     if not value:
         raise UsageError(f"{name} needs a value: {action.help} (see %%{magic_name}?)")
-    if action.type is None and not _is_expression(value):
+    if action.type is None and not is_expression(value):
         raise UsageError(f"{name} `{value}` is not a Python expression")
     return f"{name}={value}"
 
@@ -104,7 +104,7 @@ def _magic_name(magic) -> str:
     return getattr(magic, "__name__", "magic")
 
 
-def _is_expression(text: str) -> bool:
+def is_expression(text: str) -> bool:
     try:
         ast.parse(text, mode="eval")
         return True

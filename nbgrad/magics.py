@@ -1,8 +1,6 @@
 """IPython magics: parse the line, call the engine, display. No engine logic here."""
 from __future__ import annotations
 
-import ast
-
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, kwds, magic_arguments
@@ -10,23 +8,15 @@ from IPython.core.magic_arguments import argument, kwds, magic_arguments
 from . import api, checks
 from .errors import InputError, NbgradError, for_the_cell
 from .cellstate import unsaved_names
-from .magic_line import split_line
+from .magic_line import is_expression, split_line
 
 
 def split_expression(rest: str, magic, head: str) -> tuple:
     """`EXPR --options` -> (EXPR or None, parsed options); EXPR is Python (quotes, brackets, spaces)."""
     expression, parsed = split_line(rest, magic, [head])
-    if expression and not _is_expression(expression):
+    if expression and not is_expression(expression):
         raise UsageError(f"cannot read `{expression}` as a Python expression; see %{magic.__name__}?")
     return expression or None, parsed
-
-
-def _is_expression(text: str) -> bool:
-    try:
-        ast.parse(text, mode="eval")
-        return True
-    except SyntaxError:
-        return False
 
 
 def _cell_errors(magic):
