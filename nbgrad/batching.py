@@ -3,13 +3,17 @@ rows in it. Text is padded on the left, with the attention mask and position ids
 invoke's values at its real tokens equal running its INPUT alone."""
 from __future__ import annotations
 
+import array
+import functools
 import inspect
+import weakref
 
 import torch
 from torch import nn
 
 from .errors import InputError
-from .inputs import call_arguments
+from .inputs import call_arguments, input_device
+from .limits import check_token_range
 
 
 def batch_invokes(values: list, invokes: list, model: nn.Module, tokenizer) -> tuple:
@@ -41,22 +45,51 @@ def _token_rows(value, invoke, tokenizer) -> list:
     prompts = [value] if isinstance(value, str) else value
     if not prompts:
         raise InputError(f"invoke({invoke.text}) has no rows: its list of prompts is empty", invoke.line)
-    rows = [tokenizer(prompt)["input_ids"] for prompt in prompts]
+    rows = [_tokens(tokenizer, prompt) for prompt in prompts]
     if any(len(row) == 0 for row in rows):
         raise InputError(f"invoke({invoke.text}) has an empty prompt: it gives no tokens", invoke.line)
     return rows
 
 
+# Token ids of the prompts seen, per tokenizer: a notebook runs the same clean and corrupt prompts cell
+# after cell. Keyed by what changes a tokenizer's output (its vocabulary size and the BOS/EOS flags).
+_seen_tokens: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_SEEN_LIMIT = 512
+
+
+def _tokens(tokenizer, prompt: str) -> list:
+    try:
+        seen = _seen_tokens.setdefault(tokenizer, {})
+        key = (prompt, len(tokenizer), getattr(tokenizer, "add_bos_token", None),
+               getattr(tokenizer, "add_eos_token", None))
+    except TypeError:          # a tokenizer that cannot be weakly referenced or has no len()
+        return list(tokenizer(prompt)["input_ids"])
+    ids = seen.get(key)
+    if ids is None:
+        ids = seen[key] = tuple(tokenizer(prompt)["input_ids"])
+        if len(seen) > _SEEN_LIMIT:
+            del seen[next(iter(seen))]
+    return list(ids)
+
+
 def _padded_left(rows_per_invoke: list, model: nn.Module, tokenizer) -> tuple:
+    """Ids, attention mask and position ids built as lists and made into tensors at once, on the input
+    device: this runs before every cell with invokes."""
     rows = [row for rows in rows_per_invoke for row in rows]
     length = max(len(row) for row in rows)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
-    ids = torch.tensor([[pad] * (length - len(row)) + list(row) for row in rows])
-    mask = torch.tensor([[0] * (length - len(row)) + [1] * len(row) for row in rows])
+    ids = [[pad] * (length - len(row)) + row for row in rows]
+    check_token_range(min(map(min, ids)), max(map(max, ids)), length, model)
+    flat = array.array("q", [token for row in ids for token in row])       # int64, read by torch in place
+    for row in rows:
+        flat.extend([0] * (length - len(row)) + [1] * len(row))
+    for row in rows:
+        flat.extend([0] * (length - len(row)) + list(range(len(row))))
+    ids, mask, positions = torch.frombuffer(flat, dtype=torch.long).view(3, len(rows), length).to(input_device(model))
     kwargs = {"input_ids": ids, "attention_mask": mask}
     if _accepts(model, "position_ids"):
-        kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)
-    return (*call_arguments(kwargs, model, tokenizer), _spans([len(rows) for rows in rows_per_invoke]))
+        kwargs["position_ids"] = positions
+    return (), kwargs, _spans([len(rows) for rows in rows_per_invoke])
 
 
 def _concatenated(calls: list, invokes: list) -> tuple:
@@ -92,7 +125,14 @@ def _spans(counts: list) -> list:
 
 
 def _accepts(model: nn.Module, name: str) -> bool:
+    forward = model.forward
+    function = getattr(forward, "__func__", None)      # a plain method: its signature is the class's
+    return name in (_parameter_names(function) if function is not None else _parameter_names.__wrapped__(forward))
+
+
+@functools.lru_cache(maxsize=64)
+def _parameter_names(function) -> frozenset:
     try:
-        return name in inspect.signature(model.forward).parameters
+        return frozenset(inspect.signature(function).parameters)
     except (TypeError, ValueError):
-        return False
+        return frozenset()

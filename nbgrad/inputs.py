@@ -86,7 +86,7 @@ def input_device(model: nn.Module):
 
 def _execution_device(module):
     """The execution device of accelerate's hook on this module, if it has one (duck-typed)."""
-    hook = getattr(module, "_hf_hook", None)
+    hook = vars(module).get("_hf_hook") if module is not None else None    # accelerate sets a plain attribute
     for one in [hook, *getattr(hook, "hooks", ())]:
         device = getattr(one, "execution_device", None)
         if device is not None:
@@ -100,8 +100,10 @@ def _tensor_device(module):
     if module is None:
         return None
     # Not the cached `parameters_of`: accelerate swaps parameters in `_parameters` without registering.
-    tensors = itertools.chain(module.parameters(), module.buffers())
-    return next((tensor.device for tensor in tensors if tensor.device.type != "meta"), None)
+    # The module's own tensors first (an embedding's weight): this runs before every cell.
+    tensors = itertools.chain(module._parameters.values(), module._buffers.values(), module.parameters(),
+                              module.buffers())
+    return next((tensor.device for tensor in tensors if tensor is not None and tensor.device.type != "meta"), None)
 
 
 def _to(value, device):

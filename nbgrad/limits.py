@@ -4,33 +4,47 @@ from __future__ import annotations
 
 import weakref
 
+import torch
 from torch import nn
 
 from . import models, naming
 from .errors import InputError
 
 
+_embeddings: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
+
+
 def input_embeddings(model: nn.Module):
-    """The model's input embedding module (`get_input_embeddings()`), or None."""
+    """The model's input embedding module (`get_input_embeddings()`), or None. Cached per model until any
+    module is registered anywhere (`set_input_embeddings` assigns a module, which counts)."""
+    cached = _embeddings.get(model)
+    if cached is not None and cached[0] == models._structure_version[0]:
+        return cached[1]
     try:
         embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     except (NotImplementedError, AttributeError):
-        return None
-    return embeddings if isinstance(embeddings, nn.Module) else None
+        embeddings = None
+    embeddings = embeddings if isinstance(embeddings, nn.Module) else None
+    _embeddings[model] = (models._structure_version[0], embeddings)
+    return embeddings
 
 
 def check_token_ids(ids, model: nn.Module) -> None:
     """Token ids past the vocabulary or more positions than the model has: say which limit."""
     if ids is None or ids.numel() == 0 or ids.is_floating_point() or ids.device.type == "meta":
         return
+    low, high = torch.aminmax(ids)
+    check_token_range(int(low), int(high), ids.shape[-1], model)
+
+
+def check_token_range(low: int, high: int, length: int, model: nn.Module) -> None:
+    """`check_token_ids` for ids known as numbers: the smallest and largest id, and the row length."""
     (vocabulary, vocabulary_source), (positions, positions_source) = limits(model)
-    if vocabulary is not None:
-        low, high = int(ids.min()), int(ids.max())
-        if low < 0 or high >= vocabulary:
-            raise InputError(f"INPUT has token id {high if high >= vocabulary else low}, outside the model's "
-                             f"vocabulary: {vocabulary_source} = {vocabulary}, so ids are 0–{vocabulary - 1}")
-    if positions is not None and ids.shape[-1] > positions:
-        raise InputError(f"INPUT has {ids.shape[-1]} positions, more than the model takes: "
+    if vocabulary is not None and (low < 0 or high >= vocabulary):
+        raise InputError(f"INPUT has token id {high if high >= vocabulary else low}, outside the model's "
+                         f"vocabulary: {vocabulary_source} = {vocabulary}, so ids are 0–{vocabulary - 1}")
+    if positions is not None and length > positions:
+        raise InputError(f"INPUT has {length} positions, more than the model takes: "
                          f"{positions_source} = {positions}. Shorten the input")
 
 

@@ -1,4 +1,6 @@
 """`with invoke(INPUT):` blocks: one batch, each invoke's rows, checked against each INPUT run alone."""
+import copy
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -148,6 +150,18 @@ with invoke({COLOSSEUM!r}):
     assert result.saved["both"].shape[0] == 2 and result.saved["last"].shape[0] == 1
     _, short, _ = alone(model, SHORT, 0)
     assert torch.allclose(result.saved["both"][1], short[0, -1], atol=1e-5)
+
+
+def test_a_tokenizer_that_gains_a_token_is_read_again(model):
+    """Invokes keep the token ids of prompts they saw; a tokenizer whose vocabulary grew is asked again."""
+    tokenizer = copy.deepcopy(nbgrad.tokenizer_for(model))
+    source = "with invoke('hello zork'):\n    h = model.transformer.h[0].output.save()"
+    first = nbgrad.trace(model, None, source, tokenizer=tokenizer, no_grad=True)
+    assert first.input_ids[0].tolist() == tokenizer("hello zork")["input_ids"]
+    tokenizer.add_tokens(["zork"])
+    new_id = tokenizer.convert_tokens_to_ids("zork")
+    with pytest.raises(nbgrad.InputError, match=f"token id {new_id}, outside the model's vocabulary"):
+        nbgrad.trace(model, None, source, tokenizer=tokenizer, no_grad=True)
 
 
 def test_left_padding_with_a_llama_model(tmp_path):
