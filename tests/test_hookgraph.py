@@ -34,7 +34,8 @@ def test_a_too_late_write_marks_its_statement_and_names_both_lines(tiny, ids):
     assert graph.failed == 1 and graph.nodes[graph.failed].line == 2
     assert ("forward", "model.transformer.h[3].output") in [(r.phase, r.woke_by) for r in graph.runs]
     svg = hook_graph_svg(graph.to_dict())
-    assert "failed · forward" in svg and 'stroke="#c53030"' in svg
+    steps = ", ".join(f"#{step}" for step, run in enumerate(graph.runs, 1) if run.node == graph.failed)
+    assert f"failed {steps} · forward" in svg and 'stroke="#c53030"' in svg
 
 
 def test_invokes_get_a_lane_each(default_model):
@@ -76,6 +77,7 @@ def test_the_panel_of_a_run_carries_its_graph_picture(tiny, ids):
     payload = panel_for_result(result, None, "%%trace tiny ids").payload
     assert payload["graph"].startswith("data:image/svg+xml;base64,")
     svg = base64.b64decode(payload["graph"].split(",", 1)[1]).decode()
-    assert "ran · backward pass 0" in svg and "line 3: g = hs.grad.save()" in svg
+    # line 3 started in the forward pass (step 4), waited, and ran on in backward pass 0 (step 7)
+    assert "ran #4, #7 · backward pass 0 · by hs.grad" in svg and "line 3: g = hs.grad.save()" in svg
     bundle = panel_for_result(result, None, "t")._repr_mimebundle_()
     assert 'alt="hook graph" src="data:image/svg+xml;base64,' in bundle["text/html"]

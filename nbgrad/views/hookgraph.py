@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from html import escape
 
-ROW, EVENT_X, STATEMENT_X, WIDTH = 34, 12, 330, 900
+EVENT_X, STATEMENT_X, WIDTH = 12, 330, 900
+# (row pitch, box height): a run's picture gives each statement a second line, what ran when
+ONE_LINE, TWO_LINES = (34, 24), (46, 38)
 PHASE_COLOURS = {"forward": "#2b6cb0", "backward": "#c05621", "other": "#718096"}
 
 
@@ -22,11 +24,19 @@ def _events(graph: dict) -> list:
 
 
 def _statement_runs(graph: dict) -> dict:
-    """node index -> [(phase, woken by)] in run order."""
+    """node index -> [(step, phase, woken by)] in run order; steps count from 1 over the whole run."""
     runs: dict = {}
-    for run in graph.get("runs", []):
-        runs.setdefault(run["node"], []).append((run["phase"], run["woke_by"]))
+    for step, run in enumerate(graph.get("runs", []), start=1):
+        runs.setdefault(run["node"], []).append((step, run["phase"], run["woke_by"]))
     return runs
+
+
+def _run_label(ran: list, failed: bool) -> str:
+    """`ran #2, #7 · backward pass 0 · by hs.grad`: when the statement ran, and what woke it last."""
+    _, phase, woke_by = ran[-1]
+    steps = ", ".join(f"#{step}" for step, _, _ in ran)
+    label = f"{'failed' if failed else 'ran'} {steps} · {phase}" + (f" · by {woke_by}" if woke_by else "")
+    return label if len(label) <= 80 else label[:79] + "…"
 
 
 def _text(x: int, y: int, content: str, size: int = 12, colour: str = "#1a202c", weight: str = "normal") -> str:
@@ -34,10 +44,10 @@ def _text(x: int, y: int, content: str, size: int = 12, colour: str = "#1a202c",
             f'font-weight="{weight}">{escape(content)}</text>')
 
 
-def _event_boxes(events: list, top: int) -> tuple:
+def _event_boxes(events: list, top: int, row: int, box: int) -> tuple:
     parts, where = [], {}
     for index, event in enumerate(events):
-        y = top + index * ROW
+        y = top + index * row + (box - 24) // 2           # centred on its row's statement box
         colour = _colour("backward" if event.endswith(".grad") else "forward")
         parts.append(f'<rect x="{EVENT_X}" y="{y}" width="280" height="24" rx="4" fill="#fff" '
                      f'stroke="{colour}"/>')
@@ -46,32 +56,31 @@ def _event_boxes(events: list, top: int) -> tuple:
     return parts, where
 
 
-def _statement_boxes(graph: dict, top: int) -> tuple:
+def _statement_boxes(graph: dict, top: int, row: int, box: int) -> tuple:
     parts, where, runs = [], {}, _statement_runs(graph)
     for index, node in enumerate(graph["nodes"]):
-        y = top + index * ROW
+        y = top + index * row
         failed = graph.get("failed") == node["index"]
         stroke = "#c53030" if failed else "#4a5568"
-        parts.append(f'<rect x="{STATEMENT_X}" y="{y}" width="{WIDTH - STATEMENT_X - 12}" height="24" rx="4" '
+        parts.append(f'<rect x="{STATEMENT_X}" y="{y}" width="{WIDTH - STATEMENT_X - 12}" height="{box}" rx="4" '
                      f'fill="{"#fff5f5" if failed else "#f7fafc"}" stroke="{stroke}" stroke-width="{2 if failed else 1}"/>')
         lane = f"[invoke {node['invoke']}] " if node.get("invoke") is not None else ""
         label = f"{lane}line {node['line']}: {node['source'].splitlines()[0]}"
-        label = label if len(label) <= 44 else label[:43] + "…"
+        label = label if len(label) <= 74 else label[:73] + "…"
         parts.append(_text(STATEMENT_X + 8, y + 16, label, weight="bold" if failed else "normal"))
         ran = runs.get(node["index"], [])
         if ran:
-            phase = ran[-1][0]
-            parts.append(_text(WIDTH - 230, y + 16, ("failed · " if failed else "ran · ") + phase[:24], 11, _colour(phase)))
-        where[node["index"]] = y + 12
+            parts.append(_text(STATEMENT_X + 8, y + 31, _run_label(ran, failed), 11, _colour(ran[-1][1])))
+        where[node["index"]] = y + box // 2
     return parts, where
 
 
 def hook_graph_svg(graph: dict, title: str = "") -> str:
     """An SVG picture of a hook graph's dict form (`HookGraph.to_dict()`)."""
     events = _events(graph)
-    top = 48
-    event_parts, event_y = _event_boxes(events, top)
-    statement_parts, node_y = _statement_boxes(graph, top)
+    top, (row, box) = 48, TWO_LINES if graph.get("runs") else ONE_LINE
+    event_parts, event_y = _event_boxes(events, top, row, box)
+    statement_parts, node_y = _statement_boxes(graph, top, row, box)
     arrows = []
     for node in graph["nodes"]:
         for event in dict.fromkeys(f"{e['target']}.{e['kind']}" for e in node["events"]):
@@ -79,9 +88,10 @@ def hook_graph_svg(graph: dict, title: str = "") -> str:
             arrows.append(f'<path d="M{EVENT_X + 280},{event_y[event]} C{EVENT_X + 305},{event_y[event]} '
                           f'{STATEMENT_X - 25},{node_y[node["index"]]} {STATEMENT_X},{node_y[node["index"]]}" '
                           f'fill="none" stroke="{colour}" marker-end="url(#arrow)"/>')
-    height = top + max(len(events), len(graph["nodes"]), 1) * ROW + 24
+    height = top + max(len(events), len(graph["nodes"]), 1) * row + 24
     legend = (_text(EVENT_X, 36, "events (forward, then gradients)", 11, "#4a5568")
-              + _text(STATEMENT_X, 36, "statements (colour: when they ran)", 11, "#4a5568"))
+              + _text(STATEMENT_X, 36, "statements (colour: when they ran; #: steps of the run)" if graph.get("runs")
+                      else "statements, in the cell's order (arrows: what each waits for)", 11, "#4a5568"))
     head = ('<defs><marker id="arrow" viewBox="0 0 8 8" refX="8" refY="4" markerWidth="6" markerHeight="6" '
             'orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#4a5568"/></marker></defs>')
     body = "".join([head, _text(EVENT_X, 18, title or "hook graph", 13, weight="bold"), legend,

@@ -235,8 +235,8 @@ function card(item, palettes) {
     if (item.topk) box.appendChild(topkView(item.topk));
     return box;
   }
-  if (item.kind === "graph") {  // an SVG picture as an image: never markup in the page
-    if (String(item.image).startsWith("data:image/svg+xml;base64,")) box.appendChild(el("img")).src = item.image;
+  if (item.kind === "graph") {  // an SVG picture as an image (never markup in the page); it has its own title
+    if (String(item.image).startsWith("data:image/svg+xml;base64,")) head.replaceWith(Object.assign(el("img"), { src: item.image, style: "max-width: 100%" }));
     return box;
   }
   box.appendChild(summaryLine(item));

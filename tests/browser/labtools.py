@@ -118,10 +118,12 @@ def write_notebook(path: Path, cells: list) -> Path:
 
 def dismiss_popups(page):
     """A kernel-choice dialog would cover what the screenshot is for. (The news question never comes:
-    the server's settings answer it, see QUIET_SETTINGS.)"""
-    button = page.get_by_role("button", name="No Kernel", exact=True)
+    the server's settings answer it, see QUIET_SETTINGS.) Only the dialog's button: the notebook
+    toolbar's kernel name is a "No Kernel" button too, and clicking it opens the dialog."""
+    button = page.locator(".jp-Dialog").get_by_role("button", name="No Kernel", exact=True)
     if button.count() and button.first.is_visible():
         button.first.dispatch_event("click")     # a click at its point would land on the dialog's frame
+        page.locator(".jp-Dialog").first.wait_for(state="detached", timeout=30_000)
 
 
 def screenshot(page, name: str):

@@ -116,7 +116,7 @@ def test_saved_notebook_shows_static_panels_without_a_kernel(lab_root, page, bro
         open_notebook(page, no_kernels, "static.ipynb")
         dialog = page.locator(".jp-Dialog")
         dialog.wait_for(state="visible", timeout=60_000)        # which kernel? there is none to choose
-        page.get_by_role("button", name="No Kernel", exact=True).first.dispatch_event("click")
+        page.locator(".jp-Dialog").get_by_role("button", name="No Kernel", exact=True).first.dispatch_event("click")
         dialog.wait_for(state="detached", timeout=30_000)
         page.wait_for_function("() => document.querySelectorAll('.jp-OutputArea .nbgrad-panel').length >= 2",
                                timeout=60_000)
