@@ -2,10 +2,12 @@
 it binds, and the namespace slot where compiled code finds the running runtime."""
 from __future__ import annotations
 
+import operator
+
 import torch
 from torch import nn
 
-from .models import parameter_slots
+from .models import parameter_columns
 from .program import RUNTIME_NAME
 
 _MISSING = object()
@@ -26,9 +28,8 @@ class CellState:
     def __init__(self, program, namespace: dict, model: nn.Module | None, active: list):
         self.namespace = namespace
         self.grad_mode = torch.is_grad_enabled()
-        slots = parameter_slots(model) if model is not None else ()
-        self.flags = [(module, name, module._parameters[name].requires_grad) for module, name in slots
-                      if module._parameters.get(name) is not None]
+        self.columns = parameter_columns(model) if model is not None else ((), ())
+        self.flags = _flags(self.columns)
         self.before = {name: namespace.get(name, _MISSING) for name in program.bound_names}
         outer = namespace.get(RUNTIME_NAME, _MISSING)
         # A runtime slot left by a run that is no longer active (a process killed mid-cell) is not restored.
@@ -40,9 +41,11 @@ class CellState:
 
     def restore_grad_state(self) -> None:
         torch.set_grad_enabled(self.grad_mode)
-        for module, name, flag in self.flags:
-            param = module._parameters.get(name)
-            if param is not None and param.requires_grad != flag:
+        if _flags(self.columns) == self.flags:          # the common case, read at C speed
+            return
+        for params, name, flag in zip(*self.columns, self.flags):
+            param = params.get(name)
+            if param is not None and flag is not None and param.requires_grad != flag:
                 param.requires_grad_(flag)
 
     def restore_namespace(self, saved_ids) -> None:
@@ -61,6 +64,18 @@ class CellState:
             self.namespace.pop(RUNTIME_NAME, None)
         else:
             self.namespace[RUNTIME_NAME] = self.outer_runtime
+
+
+_requires_grad = operator.attrgetter("requires_grad")
+
+
+def _flags(columns: tuple) -> list:
+    """requires_grad of the parameter in each slot now (None for a slot emptied since)."""
+    params = list(map(dict.get, *columns))
+    try:
+        return list(map(_requires_grad, params))
+    except AttributeError:             # a slot set to None: read one by one
+        return [None if param is None else param.requires_grad for param in params]
 
 
 def _holds_unsaved(value, saved_ids, depth: int = 0) -> bool:

@@ -165,5 +165,13 @@ def parameter_slots(model: nn.Module) -> tuple:
                 slots.append((module, name))
         stack.extend(child for child in module._modules.values() if child is not None)
     slots = tuple(slots)
-    _parameter_cache[model] = (_structure_version[0], slots)
+    columns = (tuple(module._parameters for module, _ in slots), tuple(name for _, name in slots))
+    _parameter_cache[model] = (_structure_version[0], slots, columns)
     return slots
+
+
+def parameter_columns(model: nn.Module) -> tuple:
+    """`parameter_slots` as two columns, (each slot's `_parameters` dict, its name), for C-speed reads:
+    `map(dict.get, dicts, names)` gives the parameters in the slots now."""
+    parameter_slots(model)
+    return _parameter_cache[model][2]
