@@ -96,6 +96,16 @@ def read_names(stmt: ast.AST) -> set:
     return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
+def grad_only_names(stmt: ast.AST) -> set:
+    """Names the statement reads only as `name.grad`: it needs their gradient, not their value."""
+    as_grad, other = set(), set()
+    grad_roots = {id(n.value) for n in ast.walk(stmt) if isinstance(n, ast.Attribute) and n.attr == "grad"}
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            (as_grad if id(node) in grad_roots else other).add(node.id)
+    return as_grad - other
+
+
 def stored_names(stmt: ast.AST) -> set:
     """Every name stored anywhere inside, comprehension variables and function arguments' uses included."""
     return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
@@ -128,12 +138,18 @@ def written_events(stmt: ast.stmt) -> set:
 def add_dependencies(specs: list) -> None:
     """Order nodes by their names: a node waits for every earlier node that binds what it reads,
     reads what it binds, or binds what it binds. A backward pass is a side effect: passes keep their
-    order, and a later statement that reads no gradient runs after the passes written before it."""
+    order, and a later statement that reads no gradient runs after the passes written before it.
+
+    One exception: a node that reads `h` only as `h.grad` does not hold back a later in-place edit of
+    `h` (`h[:, 1] = 0`): the edit belongs to the forward pass, the read waits for a backward pass, and
+    both name the same tensor whenever they run. Ordering them would run the edit after the backward."""
     for later in specs:
         reads_grads = any(event.kind == "grad" for event in later.events)
         deps = []
         for earlier in specs[:later.index]:
-            if (earlier.binds & later.reads) or (earlier.reads & later.binds) or (earlier.binds & later.binds):
+            read_before = (earlier.reads - earlier.grad_reads) & later.binds or \
+                earlier.grad_reads & (later.binds - later.mutated)
+            if (earlier.binds & later.reads) or read_before or (earlier.binds & later.binds):
                 deps.append(earlier.index)
             elif earlier.starts_passes and (later.starts_passes or not reads_grads) and later.block is None:
                 deps.append(earlier.index)

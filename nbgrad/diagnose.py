@@ -123,7 +123,9 @@ def grad_never_computed(use, tensor: torch.Tensor, backward_pass, late: bool = F
     base = (f"{use.target}.grad was never computed by the backward pass of line {backward_pass.line} "
             f"({backward_pass.source}): the loss does not depend on {use.target}")
     made_by = type(tensor.grad_fn).__name__ if tensor.grad_fn is not None else ""
-    if any(op in made_by for op in ("Select", "Slice", "Index", "Unbind", "Split")):
+    if made_by == "CopySlices" or made_by.startswith("AsStrided"):
+        return base      # edited in place: how it was made says nothing about the loss
+    if made_by.startswith(("Select", "Slice", "Index", "Unbind", "Split")):
         base += (f". {use.target} is a slice taken after the fact: slicing makes a new tensor that the loss "
                  f"never used. Read .grad of the tensor itself, then slice the gradient")
     elif tensor._base is not None:

@@ -23,6 +23,7 @@ class GradientEvents:
         self.replaced: set = set()       # gradient keys the cell replaced or edits
         self.late: set = set()           # gradient hooks first asked for while their pass was running
         self.sources: dict = {}          # id(gradient) -> id of the tensor it flowed into
+        self.hooked: dict = {}           # id(tensor) -> (tensor, its version when hooked)
 
     # --- requests -------------------------------------------------------------------------------
 
@@ -139,6 +140,7 @@ class GradientEvents:
     def _hook_pass_targets(self, pass_index: int) -> None:
         """Hook every `T.grad` of this pass whose T already exists, before any gradient arrives, so
         statements may read gradients in any order."""
+        self._rehook_edited()
         values = self.runtime.forward.values
         for target in self.runtime.program.grad_targets:
             if target.pass_index != pass_index:
@@ -157,11 +159,30 @@ class GradientEvents:
 
     def hook(self, tensor: torch.Tensor) -> bool:
         """Hook the gradient of a tensor; True when the hook is new."""
+        if id(tensor) in self.runtime.hooks:
+            return False
+        self.hooked[id(tensor)] = (tensor, tensor._version)
+        return self.runtime.hooks.add(id(tensor), self._register(tensor))
+
+    def _rehook_edited(self) -> None:
+        """As a pass starts: a tensor edited in place since it was hooked is hooked again, so that its
+        `.grad` is the gradient of the value it holds now (PyTorch drops a view's hook at an in-place
+        edit, and gives a plain tensor's hook the gradient of the value before the edit)."""
+        for tensor_id, (tensor, version) in list(self.hooked.items()):
+            if tensor._version != version:
+                self.hooked[tensor_id] = (tensor, tensor._version)
+                self.runtime.hooks.replace(tensor_id, self._register(tensor))
+
+    def _register(self, tensor: torch.Tensor):
         tensor_id = id(tensor)
 
         def on_grad(grad):
             return self._on_grad(tensor_id, grad)
-        return self.runtime.hooks.add(tensor_id, lambda: tensor.register_hook(on_grad))
+
+        def register():
+            tensor.grad_fn      # a view edited in place gets its grad_fn anew here; hooking it first crashes torch
+            return tensor.register_hook(on_grad)
+        return register
 
     def _on_grad(self, tensor_id, grad):
         if not self.running or self.runtime.scheduler.in_statement:

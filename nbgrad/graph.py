@@ -23,7 +23,9 @@ class Node:
     end_line: int
     source: str
     reads: frozenset = frozenset()
-    binds: frozenset = frozenset()
+    binds: frozenset = frozenset()   # names it binds or changes in place
+    mutated: frozenset = frozenset() # of those, the names it only changes in place (`h[:, 1] = 0`)
+    grad_reads: frozenset = frozenset()   # names it reads only as `name.grad`
     events: tuple = ()
     deps: tuple = ()                 # indices of nodes that must finish first
     block: int | None = None         # backward pass whose `with` block holds this node

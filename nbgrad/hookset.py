@@ -20,6 +20,13 @@ class HookSet:
         self._handles[key] = register()
         return True
 
+    def replace(self, key: Hashable, register: Callable) -> None:
+        """Remove `key`'s handle, if any, and register again."""
+        handle = self._handles.pop(key, None)
+        if handle is not None:
+            handle.remove()
+        self._handles[key] = register()
+
     def remove_all(self) -> None:
         """Remove every handle; safe to call twice, and after an interrupt in the middle of it."""
         while self._handles:

@@ -173,7 +173,7 @@ class Runtime:
         if self in runtimes:
             runtimes.remove(self)
         self._release_model()
-        for store in (self.forward.values, self.gradients.grads, self.gradients.sources):
+        for store in (self.forward.values, self.gradients.grads, self.gradients.sources, self.gradients.hooked):
             store.clear()
         if self.rows is not None:
             self.rows.clear()
