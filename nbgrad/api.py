@@ -50,12 +50,12 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
     return result
 
 
-def _invoke_inputs(program, input, namespace: dict) -> list:
+def _invoke_inputs(program, input, namespace: dict, magic: str = "%%trace") -> list:
     """Each invoke block's INPUT, evaluated in the namespace."""
     first = program.invokes[0]
     if input is not None:
-        raise InputError("INPUT on the %%trace line and `with invoke(...)` blocks together: give the inputs in "
-                         "the invoke blocks only (`%%trace MODEL` with no INPUT)", first.line)
+        raise InputError(f"INPUT on the {magic} line and `with invoke(...)` blocks together: give the inputs in "
+                         f"the invoke blocks only (`{magic} MODEL` with no INPUT)", first.line)
     values = []
     for invoke in program.invokes:
         try:

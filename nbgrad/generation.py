@@ -16,11 +16,13 @@ import torch
 from torch import nn
 
 from . import models
-from .api import _namespace
+from .api import _invoke_inputs, _namespace
+from .batching import batch_invokes
 from .compiler import compile_cell
 from .errors import GradError, InputError, NbgradError
-from .inputs import call_arguments, input_ids_of
+from .inputs import INPUT_HELP, call_arguments, input_ids_of
 from .result import Result
+from .rows import InvokeRows
 from .runtime import Runtime
 
 STEP_NAME = "step"
@@ -53,11 +55,22 @@ def generate(model: nn.Module, input, source: str, namespace: dict | None = None
     if kwargs is not None and not isinstance(kwargs, dict):
         raise InputError(f"--kwargs must be a dict of `generate` keywords, not a {type(kwargs).__name__}")
     models.remember(model)
-    args, call_kwargs = _arguments(input, model, tokenizer)
     options = {"max_new_tokens": max_new_tokens, "do_sample": sample, **_pad_token(model, tokenizer),
                **(kwargs or {})}
-    result = Generation(program, namespace, model).run(args, {**call_kwargs, **options})
+    values, spans = [], None
+    if program.invokes:
+        values = _invoke_inputs(program, input, namespace, "%%generate")
+        args, call_kwargs, spans = batch_invokes(values, program.invokes, model, tokenizer)
+        call_kwargs.pop("position_ids", None)      # generate makes them from the mask at every step
+        _one_sequence_per_row(options, program.invokes[0].line)
+    elif input is None:
+        raise InputError(f"missing INPUT: write `%%generate MODEL INPUT`, or put `with invoke(INPUT):` blocks in "
+                         f"the cell. {INPUT_HELP}")
+    else:
+        args, call_kwargs = _arguments(input, model, tokenizer)
+    result = Generation(program, namespace, model, spans).run(args, {**call_kwargs, **options})
     result.input_ids = input_ids_of(args, call_kwargs)
+    result.invokes = values
     if out:
         namespace[out] = result.output
     return result
@@ -66,8 +79,9 @@ def generate(model: nn.Module, input, source: str, namespace: dict | None = None
 class Generation:
     """One generation with the cell's hook graph in place. Create, call `run`, discard."""
 
-    def __init__(self, program, namespace: dict, model: nn.Module):
+    def __init__(self, program, namespace: dict, model: nn.Module, spans: list | None = None):
         self.program, self.ns, self.model = program, namespace, model
+        self.spans = spans               # [start, stop) of each invoke's rows, when the cell has invokes
         self.runtime = None              # the step opened, or running now
         self.step = 0
         self.running = False             # between the model call's start and its return
@@ -75,6 +89,7 @@ class Generation:
         self.bound: list = []            # per step: {name: value} of the names that held what it saved
         self.top_next: list = []
         self.shapes: dict = {}
+        self.saved_invokes: dict = {}    # saved name -> the invoke whose block saved it
         self._step_before = namespace.get(STEP_NAME, _MISSING)
 
     def run(self, args: tuple, kwargs: dict) -> GenerationResult:
@@ -93,14 +108,15 @@ class Generation:
                 self._close(grad_mode)     # again: every step is idempotent, and an interrupt may cut the first
         names = list(dict.fromkeys(name for saved in self.saved for name in saved))
         return GenerationResult(saved={name: [saved.get(name) for saved in self.saved] for name in names},
-                                graph=self.program.graph, shapes=self.shapes,
+                                graph=self.program.graph, shapes=self.shapes, saved_invokes=self.saved_invokes,
                                 output=getattr(output, "sequences", output), top_next=self.top_next)
 
     # --- steps ----------------------------------------------------------------------------------
 
     def _open(self) -> None:
         self.ns[STEP_NAME] = self.step
-        self.runtime = Runtime(self.program, self.ns, model=self.model, no_grad=True)
+        rows = InvokeRows(self.spans, self.spans[-1][1]) if self.spans else None
+        self.runtime = Runtime(self.program, self.ns, model=self.model, no_grad=True, rows=rows)
         self.runtime.open_step()
         # The step's own hook set holds the hooks that start and finish it, so they go with its other hooks.
         # Starting comes before every other pre-hook; finishing after the step's hooks, registered before it.
@@ -132,6 +148,7 @@ class Generation:
         self.bound.append({name: self.ns[name] for name in sorted(self.program.bound_names)
                            if name in self.ns and _holds(self.ns[name], saved_ids)})
         self.shapes = result.shapes
+        self.saved_invokes.update(result.saved_invokes)
         self.top_next.append(_top_next(output))
 
     # --- the end --------------------------------------------------------------------------------
@@ -155,6 +172,15 @@ class Generation:
         for name in dict.fromkeys(name for bound in self.bound for name in bound):
             self.ns[name] = [bound.get(name) for bound in self.bound]
         torch.set_grad_enabled(grad_mode)
+
+
+def _one_sequence_per_row(options: dict, line: int) -> None:
+    """Invoke blocks address rows of the batch: beams or several sequences per prompt would multiply them."""
+    for name in ("num_beams", "num_return_sequences"):
+        if (options.get(name) or 1) > 1:
+            raise InputError(f"invoke blocks in %%generate take one sequence per prompt, so {name}="
+                             f"{options[name]} cannot be used with them; generate each prompt in a cell of its own",
+                             line)
 
 
 def _arguments(input, model: nn.Module, tokenizer) -> tuple:

@@ -123,14 +123,12 @@ class NbgradMagics(Magics):
                                f"%%generate {line.strip()}")
         if args.out is not None and not args.out.isidentifier():
             raise UsageError(f"--out takes a name to bind the token ids to; `{args.out}` is not one")
-        if input_text is None:
-            from .inputs import INPUT_HELP
-            raise InputError(f"missing INPUT: write `%%generate MODEL INPUT`. {INPUT_HELP}")
         tokenizer = self._evaluate(args.tokenizer, "--tokenizer") if args.tokenizer else None
         kwargs = self._evaluate(args.kwargs, "--kwargs") if args.kwargs else None
         if isinstance(kwargs, str):           # quoted: `--kwargs '{"use_cache": False}'`
             kwargs = self._evaluate(kwargs, "--kwargs")
-        result = generation.generate(model, self._evaluate(input_text, "INPUT"), cell, namespace,
+        value = self._evaluate(input_text, "INPUT") if input_text is not None else None
+        result = generation.generate(model, value, cell, namespace,
                                      args.max_new_tokens, sample=args.sample, out=args.out, kwargs=kwargs,
                                      tokenizer=tokenizer)
         comm.after_cell(self.shell, model, result)

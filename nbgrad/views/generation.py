@@ -28,7 +28,7 @@ def generation_panel(prompt_ids, output_ids, top_next: list, saved: dict, tokeni
     """`prompt_ids` / `output_ids`: [rows, length] token ids (the output with the prompt); `top_next`: per
     step (ids, probs) of the most likely next tokens, or None; `saved`: name -> list of values by step."""
     decode = _decoder(tokenizer)
-    items = [_text_item(prompt_ids, output_ids, top_next, decode)]
+    items = [_text_item(prompt_ids, output_ids, top_next, decode, _pad_id(tokenizer))]
     notes = []
     for name, by_step in list(saved.items())[:MAX_ITEMS]:
         shown = by_step[:MAX_STEPS]
@@ -47,14 +47,30 @@ def _decoder(tokenizer):
     return lambda ids: tokenizer.decode([int(i) for i in ids])
 
 
-def _text_item(prompt_ids, output_ids, top_next: list, decode) -> dict:
+def _pad_id(tokenizer):
+    """The id prompts of a batch are padded with (the end-of-text token where the tokenizer has no pad)."""
+    pad = getattr(tokenizer, "pad_token_id", None)
+    return pad if pad is not None else getattr(tokenizer, "eos_token_id", None)
+
+
+def _unpadded(prompt, pad) -> list:
+    """A batch row's prompt without the padding on its left."""
+    ids = [int(i) for i in prompt]
+    start = 0
+    while pad is not None and start < len(ids) and ids[start] == pad:
+        start += 1
+    return ids[start:]
+
+
+def _text_item(prompt_ids, output_ids, top_next: list, decode, pad=None) -> dict:
     """The prompt and continuation of each row, and the table of top next tokens (row 0) by step."""
     lines = []
     start = 0 if prompt_ids is None else prompt_ids.shape[-1]
     rows = [] if output_ids is None else output_ids.reshape(-1, output_ids.shape[-1])
     for index, row in enumerate(rows[:MAX_ROWS]):
         prefix = f"row {index} " if len(rows) > 1 else ""
-        lines.append(f"{prefix}prompt:       {decode(row[:start])!r}")
+        prompt = _unpadded(row[:start], pad) if len(rows) > 1 else row[:start]
+        lines.append(f"{prefix}prompt:       {decode(prompt)!r}")
         lines.append(f"{prefix}continuation: {decode(row[start:])!r}")
     if len(rows) > MAX_ROWS:
         lines.append(f"(showing {MAX_ROWS} of {len(rows)} rows)")
