@@ -78,6 +78,11 @@ def test_panels_sidebar_highlighting_and_save(lab, lab_root, page):
     page.wait_for_function("() => window.jupyterapp.shell.currentWidget.content.widgets[3].model.sharedModel"
                            ".getSource().includes('model.transformer.h[3].output')", timeout=10_000)
     assert _active_notebook_source(page, 3) == "model.transformer.h[3].output"
+    # A branch's ▼ and its row stay on one line, even where the row is wider than the sidebar.
+    lines = page.evaluate("() => [...document.querySelectorAll('#nbgrad-sidebar summary')].map(s =>"
+                          " s.getBoundingClientRect().height / s.querySelector('.nbgrad-node-row')"
+                          ".getBoundingClientRect().height)")
+    assert lines and max(lines) < 1.5, lines
     screenshot(page, "lab-sidebar")
 
     # The magic line is highlighted as a magic; the body keeps Python highlighting.
