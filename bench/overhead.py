@@ -97,15 +97,15 @@ def raw_patch_batch(model, batch):
     return kept
 
 
-def invoke_scenario(model, runs: int) -> tuple:
-    """(f): two invokes with a patch vs the same patch with raw hooks on a batch."""
+def invoke_scenario(model, runs: int, tokenizer) -> tuple:
+    """(f): two invokes with a patch vs the same patch with raw hooks on a batch. nbgrad tokenizes and
+    pads the two prompts in every run; the raw hooks get the batch made once, outside the timing."""
     from nbgrad.batching import batch_invokes
     from nbgrad.compiler import compile_cell
     namespace = {"model": model, "CLEAN": "The Eiffel Tower is in the city of", "CORRUPT": "The Colosseum is in"}
     program = compile_cell(PATCH_INVOKES)
-    _, batch, _ = batch_invokes([namespace["CLEAN"], namespace["CORRUPT"]], program.invokes, model,
-                                nbgrad.tokenizer_for(model))
-    return ratio(lambda: nbgrad.trace(model, None, PATCH_INVOKES, namespace, no_grad=True),
+    _, batch, _ = batch_invokes([namespace["CLEAN"], namespace["CORRUPT"]], program.invokes, model, tokenizer)
+    return ratio(lambda: nbgrad.trace(model, None, PATCH_INVOKES, namespace, no_grad=True, tokenizer=tokenizer),
                  lambda: raw_patch_batch(model, batch), runs)
 
 
@@ -140,7 +140,7 @@ def magic_scenario(model, ids, runs: int) -> tuple:
                  lambda: shell.run_cell(raw_cell, store_history=False), runs)
 
 
-def run_all(name, model, ids, runs, with_grad=True):
+def run_all(name, model, ids, runs, with_grad=True, tokenizer=None):
     def zero():
         model.zero_grad(set_to_none=True)
     scenarios = {
@@ -157,8 +157,9 @@ def run_all(name, model, ids, runs, with_grad=True):
     for label, (ours, raw) in scenarios.items():
         rows[label] = ratio(ours, raw, runs)
     rows["(d) (a) through %%trace -q"] = magic_scenario(model, ids, runs)
-    if nbgrad.tokenizer_for(model) is not None:
-        rows["(f) two invokes with a patch"] = invoke_scenario(model, runs)
+    tokenizer = tokenizer or nbgrad.tokenizer_for(model)
+    if tokenizer is not None:
+        rows["(f) two invokes with a patch"] = invoke_scenario(model, runs, tokenizer)
     for label, (r, ours, raw) in rows.items():
         print(f"  {label:34s} {r:5.3f}x   nbgrad {ours * 1e3:7.3f} ms   raw hooks {raw * 1e3:7.3f} ms")
     return rows
@@ -178,7 +179,8 @@ def main(argv=None) -> None:
     if not args.skip_small:
         gpt2_small = GPT2LMHeadModel(GPT2Config()).eval()
         ids_small = torch.randint(0, 50257, (1, 16))
-        run_all("GPT-2-small-shaped model (random weights)", gpt2_small, ids_small, max(30, args.runs // 2))
+        run_all("GPT-2-small-shaped model (random weights)", gpt2_small, ids_small, max(30, args.runs // 2),
+                tokenizer=tokenizer)         # the embedded tokenizer's ids are within GPT-2's vocabulary
 
 
 if __name__ == "__main__":
