@@ -157,3 +157,12 @@ def open_notebook(page, lab: Lab, name: str):
     page.goto(lab.notebook_url(name))
     page.wait_for_selector(".jp-Notebook", timeout=120_000)
     page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget", timeout=60_000)
+
+
+def open_without_a_kernel(page, lab: Lab, name: str):
+    """Open a notebook on a server that has no kernel to give, and answer "No Kernel" when it asks."""
+    open_notebook(page, lab, name)
+    dialog = page.locator(".jp-Dialog")
+    dialog.wait_for(state="visible", timeout=60_000)        # which kernel? there is none to choose
+    dialog.get_by_role("button", name="No Kernel", exact=True).first.dispatch_event("click")
+    dialog.wait_for(state="detached", timeout=30_000)

@@ -5,7 +5,8 @@ import base64
 import json
 from urllib.parse import unquote
 
-from labtools import ARTIFACTS, Lab, open_notebook, run_all_cells, screenshot, wait_for_kernel_idle, write_notebook
+from labtools import (ARTIFACTS, Lab, open_notebook, open_without_a_kernel, run_all_cells, screenshot,
+                      wait_for_kernel_idle, write_notebook)
 
 SETUP = "%load_ext nbgrad\nimport nbgrad\nmodel = nbgrad.load_model()"
 BODY = ("hs = model.transformer.h[1].output\n"
@@ -80,11 +81,7 @@ def test_graph_option_and_graph_tab_survive_a_saved_notebook(lab, lab_root, page
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()           # a page that never saw the first server
     try:
-        open_notebook(page, no_kernels, "hookgraph.ipynb")
-        dialog = page.locator(".jp-Dialog")
-        dialog.wait_for(state="visible", timeout=60_000)        # which kernel? there is none to choose
-        page.locator(".jp-Dialog").get_by_role("button", name="No Kernel", exact=True).first.dispatch_event("click")
-        dialog.wait_for(state="detached", timeout=30_000)
+        open_without_a_kernel(page, no_kernels, "hookgraph.ipynb")
         _check_pictures(page)
         screenshot(page, "lab-hookgraph-no-kernel")
     finally:

@@ -2,7 +2,8 @@
 inserts paths, magic lines are highlighted, and a saved notebook shows its panels with no kernel."""
 import json
 
-from labtools import Lab, open_notebook, run_all_cells, run_command, screenshot, wait_for_kernel_idle, write_notebook
+from labtools import (Lab, open_notebook, open_without_a_kernel, run_all_cells, run_command, screenshot,
+                      wait_for_kernel_idle, write_notebook)
 
 SETUP = "%load_ext nbgrad\nimport torch, nbgrad\nmodel = nbgrad.load_model()"
 TRACE = ('%%trace model "Hello <img src=x onerror=\\"window.nbgradPwned=1\\"> World" --tokenizer nbgrad.tokenizer_for(model)\n'
@@ -118,11 +119,7 @@ def test_saved_notebook_shows_static_panels_without_a_kernel(lab_root, page, bro
     assert "application/vnd.nbgrad.panel+json" in saved.read_text()
     no_kernels = Lab(lab_root, ["--KernelSpecManager.allowed_kernelspecs=none"])
     try:
-        open_notebook(page, no_kernels, "static.ipynb")
-        dialog = page.locator(".jp-Dialog")
-        dialog.wait_for(state="visible", timeout=60_000)        # which kernel? there is none to choose
-        page.locator(".jp-Dialog").get_by_role("button", name="No Kernel", exact=True).first.dispatch_event("click")
-        dialog.wait_for(state="detached", timeout=30_000)
+        open_without_a_kernel(page, no_kernels, "static.ipynb")
         page.wait_for_function("() => document.querySelectorAll('.jp-OutputArea .nbgrad-panel').length >= 2",
                                timeout=60_000)
         kernel = page.evaluate("() => { const w = window.jupyterapp.shell.currentWidget;"
