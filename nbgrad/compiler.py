@@ -13,7 +13,8 @@ from functools import lru_cache
 
 from .cellast import (MODULE_EVENTS, can_pause_in, generator_function, is_backward_block, is_backward_call,
                       is_invoke_block, is_path, loop_sources, position, walk_cell_level)
-from .dataflow import add_dependencies, bound_names, grad_only_names, read_names, stored_names, written_events
+from .dataflow import (add_dependencies, augmented_names, bound_names, grad_only_names, read_names, stored_names,
+                       written_events)
 from .errors import NbgradError, register_cell_source
 from .graph import BackwardPass, EventUse, HookGraph, Node
 from .program import TEMP_PREFIX, CompiledNode, Invoke, Program, Target
@@ -181,11 +182,12 @@ class _Builder:
             call = stmt.items[0].context_expr
             rewritten = [ast.Expr(value=Rewriter(self, set()).backward(call, block=True))]
             names, mutated, reads, text = set(), set(), read_names(call), line_text
-            grad_reads = grad_only_names(call)
+            grad_reads, augmented = grad_only_names(call), set()
             starts = (self.pass_at[position(call)],)
         else:
             names, mutated = bound_names(stmt)
-            reads, grad_reads = read_names(stmt), grad_only_names(stmt)     # before the rewriter edits stmt
+            # before the rewriter edits stmt
+            reads, grad_reads, augmented = read_names(stmt), grad_only_names(stmt), augmented_names(stmt)
             text = ast.get_source_segment(self.source, stmt) or line_text
             starts = tuple(self.pass_at[position(n)] for n in walk_cell_level(stmt) if is_backward_call(n))
             if isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
@@ -197,7 +199,7 @@ class _Builder:
         code = _function_code(rewritten, global_names, f"{TEMP_PREFIX}node_{index}", stmt.lineno, self.filename)
         spec = Node(index=index, line=stmt.lineno, end_line=getattr(stmt, "end_lineno", stmt.lineno),
                     source=text, reads=frozenset(reads), binds=frozenset(names | mutated),
-                    mutated=frozenset(mutated - names), grad_reads=frozenset(grad_reads),
+                    mutated=frozenset((mutated - names) | augmented), grad_reads=frozenset(grad_reads),
                     events=tuple(self.uses[first_use:]), block=block, starts_passes=starts, invoke=invoke)
         return CompiledNode(spec, code)
 

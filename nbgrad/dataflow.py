@@ -96,6 +96,11 @@ def read_names(stmt: ast.AST) -> set:
     return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
+def augmented_names(stmt: ast.AST) -> set:
+    """Names a statement updates with `h += v`, `h *= v`: in place where h is a tensor."""
+    return {n.target.id for n in ast.walk(stmt) if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)}
+
+
 def grad_only_names(stmt: ast.AST) -> set:
     """Names the statement reads only as `name.grad`: it needs their gradient, not their value."""
     as_grad, other = set(), set()
@@ -141,8 +146,9 @@ def add_dependencies(specs: list) -> None:
     order, and a later statement that reads no gradient runs after the passes written before it.
 
     One exception: a node that reads `h` only as `h.grad` does not hold back a later in-place edit of
-    `h` (`h[:, 1] = 0`): the edit belongs to the forward pass, the read waits for a backward pass, and
-    both name the same tensor whenever they run. Ordering them would run the edit after the backward."""
+    `h` (`h[:, 1] = 0`, `h.mul_(2)`, `h *= 2`: h has a gradient, so it is a tensor): the edit belongs
+    to the forward pass, the read waits for a backward pass, and both name the same tensor whenever
+    they run. Ordering them would run the edit after the backward."""
     for later in specs:
         reads_grads = any(event.kind == "grad" for event in later.events)
         deps = []

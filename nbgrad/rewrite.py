@@ -99,7 +99,8 @@ class Rewriter(ast.NodeTransformer):
         if not is_event_attr(node.target):
             return self.generic_visit(node)
         temp = f"{TEMP_PREFIX}value"
-        read = ast.Attribute(value=node.target.value, attr=node.target.attr, ctx=ast.Load())
+        read = ast.copy_location(ast.Attribute(value=node.target.value, attr=node.target.attr, ctx=ast.Load()),
+                                 node.target)
         self.written.add(id(read))
         statements = [
             ast.Assign(targets=[name(temp, store=True)], value=self.visit(read)),

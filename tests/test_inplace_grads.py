@@ -14,6 +14,7 @@ MODULES = {
 EDITS = {
     "slice assignment": ("{t}[:, 1] = 0.0", lambda out: out.__setitem__((slice(None), 1), 0.0)),
     "in-place method": ("{t}.mul_(0.5)", lambda out: out.mul_(0.5)),
+    "augmented assignment": ("{t} *= 0.5", lambda out: out.mul_(0.5)),
 }
 CELLS = {
     # the edit written after the line that reads the gradient
