@@ -107,3 +107,27 @@ def test_a_part_taken_after_the_fact_says_so(tiny, ids, made, hint):
     message = str(caught.value)
     assert message.startswith("line 5: part.grad was never computed by the backward pass of line 4")
     assert hint in message
+
+
+def test_an_augmented_assignment_of_a_gradient_edits_what_flows_on(tiny, ids):
+    """`h1.grad *= 0.5` (it used to stop the compiler) halves the gradient block 0 receives."""
+    result = nbgrad.trace(tiny, ids, "h0 = model.transformer.h[0].output\nh1 = model.transformer.h[1].output\n"
+                                     "with model.output.logits.sum().backward():\n"
+                                     "    h1.grad *= 0.5\n    g = h0.grad.save()")
+    tiny.zero_grad(set_to_none=True)
+    seen = {}
+
+    def keep(index):
+        def hook(module, args, output):
+            seen[index] = output
+            if index == 1:
+                output.register_hook(lambda grad: grad * 0.5)
+        return hook
+    handles = [tiny.transformer.h[i].register_forward_hook(keep(i)) for i in (0, 1)]
+    try:
+        logits = tiny(ids).logits
+    finally:
+        for handle in handles:
+            handle.remove()
+    expected, = torch.autograd.grad(logits.sum(), seen[0])
+    assert torch.allclose(result.saved["g"], expected, atol=1e-5)
