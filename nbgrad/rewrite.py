@@ -188,6 +188,14 @@ class Rewriter(ast.NodeTransformer):
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
 
+    def visit_ClassDef(self, node):
+        """A class body runs once, as the statement runs, but in a scope of its own that cannot pause."""
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Attribute) and inner.attr in MODULE_EVENTS:
+                raise NbgradError(f"`.{inner.attr}` inside a class body: nbgrad cannot pause there. Read the "
+                                  f"value in the cell and use it in the class", inner.lineno)
+        return node
+
 
 def _accumulate(node: ast.AST, result: str) -> tuple:
     """(the empty container, the statement that adds one element) for a comprehension."""

@@ -236,3 +236,17 @@ def test_python_requirement_is_declared():
     declared = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"]
     assert declared["requires-python"] == ">=3.11"        # exception notes and code.co_qualname are 3.11+
     assert sys.version_info >= (3, 11)
+
+
+@pytest.mark.parametrize("source, message", [
+    ("f = lambda: model.transformer.h[0].output\nx = f()",
+     "line 1: `.output` inside a function that nbgrad cannot pause in (a lambda, a decorated or nested function"),
+    ("class Probe:\n    kept = model.transformer.h[0].output",
+     "line 2: `.output` inside a class body: nbgrad cannot pause there. Read the value in the cell"),
+])
+def test_events_where_nbgrad_cannot_pause_are_one_clear_error(tiny, ids, source, message):
+    before = model_state(tiny)
+    with pytest.raises(nbgrad.NbgradError) as caught:
+        nbgrad.trace(tiny, ids, source)
+    assert str(caught.value).startswith(message), str(caught.value)
+    assert_clean(tiny, before)
