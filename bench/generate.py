@@ -5,13 +5,12 @@ Run: `python bench/generate.py [--runs N] [--small]`.
 from __future__ import annotations
 
 import argparse
-import sys
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 import nbgrad
-from overhead import ratio
+from overhead import embedded_setup, ratio
 
 NEW_TOKENS = 20
 READ_ONE = "hs = model.transformer.h[-1].output.save()"
@@ -60,11 +59,7 @@ def main(argv=None) -> None:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--small", action="store_true", help="also a GPT-2-small-shaped model (slow on CPU)")
     args = parser.parse_args(argv)
-    torch.manual_seed(0)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, python {sys.version.split()[0]}")
-    embedded = nbgrad.load_model()
-    tokenizer = nbgrad.tokenizer_for(embedded)
-    ids = tokenizer("The capital of France is Paris. The cat sat on the mat.", return_tensors="pt")["input_ids"]
+    embedded, _, ids = embedded_setup()
     run_all("embedded default model", embedded, ids, args.runs)
     if args.small:
         config = GPT2Config(pad_token_id=0, eos_token_id=None, bos_token_id=None)

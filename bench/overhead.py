@@ -165,16 +165,23 @@ def run_all(name, model, ids, runs, with_grad=True, tokenizer=None):
     return rows
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=50)
-    parser.add_argument("--skip-small", action="store_true", help="only the embedded model")
-    args = parser.parse_args(argv)
+def embedded_setup() -> tuple:
+    """Every bench's start: a fixed seed, the versions printed, and the embedded model, its tokenizer and
+    the ids of one sentence."""
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, python {sys.version.split()[0]}")
     embedded = nbgrad.load_model()
     tokenizer = nbgrad.tokenizer_for(embedded)
     ids = tokenizer("The capital of France is Paris. The cat sat on the mat.", return_tensors="pt")["input_ids"]
+    return embedded, tokenizer, ids
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--skip-small", action="store_true", help="only the embedded model")
+    args = parser.parse_args(argv)
+    embedded, tokenizer, ids = embedded_setup()
     run_all("embedded default model", embedded, ids, args.runs)
     if not args.skip_small:
         gpt2_small = GPT2LMHeadModel(GPT2Config()).eval()
