@@ -9,6 +9,13 @@ from .errors import GradError
 from .forward import elements
 
 
+def register_grad_hook(tensor: torch.Tensor, hook):
+    """`tensor.register_hook(hook)`, safe on a view just edited in place: reading `grad_fn` first makes
+    PyTorch build the view's grad_fn anew; hooking the stale one kills the process (torch 2.13)."""
+    tensor.grad_fn
+    return tensor.register_hook(hook)
+
+
 class GradientEvents:
     """Answers GradRead, GradWrite and Backward requests. A gradient key is `(id(tensor), pass index)`."""
 
@@ -179,10 +186,7 @@ class GradientEvents:
         def on_grad(grad):
             return self._on_grad(tensor_id, grad)
 
-        def register():
-            tensor.grad_fn      # a view edited in place gets its grad_fn anew here; hooking it first crashes torch
-            return tensor.register_hook(on_grad)
-        return register
+        return lambda: register_grad_hook(tensor, on_grad)
 
     def _on_grad(self, tensor_id, grad):
         if not self.running or self.runtime.scheduler.in_statement:

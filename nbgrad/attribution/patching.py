@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError
+from ..gradients import register_grad_hook
 from .gradients import per_position
 from .progress import progress
 from .prompt import Prompt, prepare
@@ -58,7 +59,7 @@ def record(model: nn.Module, candidates: list, prompt: Prompt, metric=None) -> t
             if metric is not None:
                 if not tensor.requires_grad:
                     tensor.requires_grad_(True)     # frozen weights before this site: start the graph here
-                tensor.register_hook(lambda grad: grads.__setitem__(name, grad.detach()))
+                register_grad_hook(tensor, lambda grad: grads.__setitem__(name, grad.detach()))
                 originals.append(tensor)
         return hook
     with torch.enable_grad(), hooked([(module, recorder(name)) for name, module in candidates]):
