@@ -5,14 +5,12 @@ import os
 import signal
 import subprocess
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
 
-from labtools import TOKEN
+from labtools import TOKEN, wait_for_server
 
 REPO = Path(__file__).resolve().parents[2]
 PANEL_MIME = "application/vnd.nbgrad.panel+json"
@@ -61,15 +59,8 @@ class Server:
         self.log = open(self.log_path, "w")
         self.process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                         start_new_session=True)
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                urllib.request.urlopen(f"{self.url}/api/status?token={TOKEN}", timeout=2)
-                return
-            except Exception:
-                if self.process.poll() is not None:
-                    break
-                time.sleep(0.5)
+        if wait_for_server(self.url, self.process, 120):
+            return
         self.stop()
         raise RuntimeError(f"server did not start: {self.log_path.read_text()[-2000:]}")
 

@@ -53,6 +53,20 @@ def user_settings_dir() -> str:
     return str(settings)
 
 
+def wait_for_server(url: str, process, timeout: float) -> bool:
+    """Poll the server's status until it answers (True), or its process ends or `timeout` s pass (False)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(f"{url}/api/status?token={TOKEN}", timeout=2)
+            return True
+        except Exception:
+            if process.poll() is not None:
+                return False
+            time.sleep(0.5)
+    return False
+
+
 class Lab:
     def __init__(self, root: Path, extra_args=()):
         self.root = root
@@ -68,15 +82,8 @@ class Lab:
             args.append("--allow-root")
         self.log = open(root / f"lab-{self.port}.log", "w")
         self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=root)
-        deadline = time.time() + 90
-        while time.time() < deadline:
-            try:
-                urllib.request.urlopen(f"{self.url}/api/status?token={TOKEN}", timeout=2)
-                return
-            except Exception:
-                if self.process.poll() is not None:
-                    break
-                time.sleep(0.5)
+        if wait_for_server(self.url, self.process, 90):
+            return
         self.stop()
         raise RuntimeError(f"jupyter lab did not start: {(root / f'lab-{self.port}.log').read_text()[-2000:]}")
 
