@@ -22,13 +22,16 @@ class HookSet:
 
     def replace(self, key: Hashable, register: Callable) -> None:
         """Remove `key`'s handle, if any, and register again."""
-        handle = self._handles.pop(key, None)
+        handle = self._handles.get(key)
         if handle is not None:
-            handle.remove()
+            handle.remove()           # kept until replaced: removing a handle twice does nothing
         self._handles[key] = register()
 
     def remove_all(self) -> None:
-        """Remove every handle; safe to call twice, and after an interrupt in the middle of it."""
-        while self._handles:
-            _, handle = self._handles.popitem()
-            handle.remove()
+        """Remove every handle; safe to call twice, and after an interrupt at any line of it: a handle leaves
+        the set only once it is removed."""
+        handles = self._handles
+        while handles:
+            key = next(reversed(handles))
+            handles[key].remove()
+            del handles[key]

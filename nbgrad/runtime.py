@@ -28,8 +28,7 @@ from .result import Result, SavedValues, grad_pairs
 from .scheduler import Scheduler
 
 _local = threading.local()          # per thread: the runtimes now running, innermost last
-_tracing: dict = {}                 # id(model) -> (thread id, how many runs of this thread trace it)
-_tracing_lock = threading.Lock()
+_tracing: dict = {}                 # id(model) -> id of the thread whose runs trace it
 
 
 def _active() -> list:
@@ -67,7 +66,6 @@ class Runtime:
                                    Backward: self.gradients.backward}
         self.scheduler.phase = self._phase
         self.state = None                # CellState, once the run has taken its snapshot
-        self._claimed = False            # whether this run holds its model in `_tracing`
         self._exited = False
 
     def save(self, value, line=None, label=None):
@@ -180,28 +178,22 @@ class Runtime:
         self._exited = True
 
     def _claim_model(self) -> None:
-        """One model, one trace at a time: two threads tracing it would mix their edits and values."""
+        """One model, one trace at a time: two threads tracing it would mix their edits and values. No lock:
+        `setdefault` is atomic, and a lock's `with` can be cut by an interrupt before it releases."""
         if self.model is None:
             return
         me = threading.get_ident()
-        with _tracing_lock:
-            owner, count = _tracing.get(id(self.model), (me, 0))
-            if owner != me:
-                raise NbgradError(f"{type(self.model).__name__} is being traced by another thread right now: "
-                                  f"nbgrad runs one trace of a model at a time. Wait for it, or trace a copy")
-            _tracing[id(self.model)] = (me, count + 1)
-            self._claimed = True
+        if _tracing.setdefault(id(self.model), me) != me:
+            raise NbgradError(f"{type(self.model).__name__} is being traced by another thread right now: "
+                              f"nbgrad runs one trace of a model at a time. Wait for it, or trace a copy")
 
     def _release_model(self) -> None:
-        with _tracing_lock:
-            if not self._claimed:
-                return
-            owner, count = _tracing[id(self.model)]
-            if count > 1:
-                _tracing[id(self.model)] = (owner, count - 1)
-            else:
-                del _tracing[id(self.model)]
-            self._claimed = False
+        """Give the model back unless a run of this thread that this one is nested in still traces it (runs
+        after `self` left the active list; idempotent)."""
+        if self.model is None or any(run.model is self.model for run in _active()):
+            return
+        if _tracing.get(id(self.model)) == threading.get_ident():
+            _tracing.pop(id(self.model), None)
 
     def _phase(self) -> str:
         if self.gradients.running:

@@ -52,7 +52,9 @@ class Injector:
 
 # nbgrad's set-up and clean-up: where a missed line leaves hooks, flags or names behind.
 SETUP_AND_CLEANUP = {"__init__", "_run", "_cleanup", "_write_back", "run_trace", "run_backward", "body",
-                     "trace", "backward", "wrapper", "_display", "after_cell"}
+                     "trace", "backward", "wrapper", "_display", "after_cell", "_enter", "_exit", "close",
+                     "_claim_model", "_release_model", "install", "restore_grad_state", "restore_namespace",
+                     "remove_all", "replace"}
 
 
 def points(lines: list, full: bool, stride: int) -> list:
