@@ -20,8 +20,7 @@ def batch_invokes(values: list, invokes: list, model: nn.Module, tokenizer) -> t
     """(args, kwargs, spans): the model call for all invokes, and [start, stop) of each invoke's rows."""
     texts = [_is_text(value) for value in values]
     if all(texts):
-        rows = [_token_rows(value, invoke, tokenizer) for value, invoke in zip(values, invokes)]
-        return _padded_left(rows, model, tokenizer)
+        return _text_batch(values, invokes, model, tokenizer)
     if any(texts):
         raise InputError("the invokes mix text and other INPUTs; give every invoke text, or every invoke "
                          "tensors of one shape", invokes[texts.index(False)].line)
@@ -39,9 +38,6 @@ def _is_text(value) -> bool:
 
 
 def _token_rows(value, invoke, tokenizer) -> list:
-    if tokenizer is None:
-        raise InputError("a text INPUT needs a tokenizer: load the model with nbgrad.load_model, pass "
-                         "--tokenizer EXPR, or give the model a `tokenizer` attribute", invoke.line)
     prompts = [value] if isinstance(value, str) else value
     if not prompts:
         raise InputError(f"invoke({invoke.text}) has no rows: its list of prompts is empty", invoke.line)
@@ -51,45 +47,73 @@ def _token_rows(value, invoke, tokenizer) -> list:
     return rows
 
 
-# Token ids of the prompts seen, per tokenizer: a notebook runs the same clean and corrupt prompts cell
-# after cell. Keyed by what changes a tokenizer's output (its vocabulary size and the BOS/EOS flags).
-_seen_tokens: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# Per tokenizer, what its prompts gave: token ids per prompt, and whole padded batches per set of
+# invoke INPUTs (a notebook runs the same clean and corrupt prompts cell after cell). Keyed by what
+# changes a tokenizer's output: its vocabulary size, the BOS/EOS flags and, for a batch, the pad id.
+_seen: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _SEEN_LIMIT = 512
 
 
-def _tokens(tokenizer, prompt: str) -> list:
+def _remembered(tokenizer, key, make):
+    """`make()`, kept in the tokenizer's cache under `key`; made anew, unkept, for a tokenizer that
+    cannot be weakly referenced or has no len()."""
     try:
-        seen = _seen_tokens.setdefault(tokenizer, {})
-        key = (prompt, len(tokenizer), getattr(tokenizer, "add_bos_token", None),
+        seen = _seen.setdefault(tokenizer, {})
+        key = (key, len(tokenizer), getattr(tokenizer, "add_bos_token", None),
                getattr(tokenizer, "add_eos_token", None))
-    except TypeError:          # a tokenizer that cannot be weakly referenced or has no len()
-        return list(tokenizer(prompt)["input_ids"])
-    ids = seen.get(key)
-    if ids is None:
-        ids = seen[key] = tuple(tokenizer(prompt)["input_ids"])
+    except TypeError:
+        return make()
+    value = seen.get(key)
+    if value is None:
+        value = seen[key] = make()
         if len(seen) > _SEEN_LIMIT:
             del seen[next(iter(seen))]
-    return list(ids)
+    return value
 
 
-def _padded_left(rows_per_invoke: list, model: nn.Module, tokenizer) -> tuple:
-    """Ids, attention mask and position ids built as lists and made into tensors at once, on the input
-    device: this runs before every cell with invokes."""
-    rows = [row for rows in rows_per_invoke for row in rows]
-    length = max(len(row) for row in rows)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
-    ids = [[pad] * (length - len(row)) + row for row in rows]
-    check_token_range(min(map(min, ids)), max(map(max, ids)), length, model)
-    flat = array.array("q", [token for row in ids for token in row])       # int64, read by torch in place
-    for row in rows:
-        flat.extend([0] * (length - len(row)) + [1] * len(row))
-    for row in rows:
-        flat.extend([0] * (length - len(row)) + list(range(len(row))))
-    ids, mask, positions = torch.frombuffer(flat, dtype=torch.long).view(3, len(rows), length).to(input_device(model))
+def _tokens(tokenizer, prompt: str) -> tuple:
+    return _remembered(tokenizer, prompt, lambda: tuple(tokenizer(prompt)["input_ids"]))
+
+
+class _Batch:
+    """One padded batch of token rows: ids, attention mask and position ids stacked in one tensor (kept, so
+    copied for each use), each invoke's rows, and the smallest and largest id."""
+    __slots__ = ("stacked", "spans", "low", "high")
+
+    def __init__(self, rows_per_invoke: list, pad: int):
+        rows = [row for rows in rows_per_invoke for row in rows]
+        length = max(map(len, rows))
+        flat = array.array("q")
+        for row in rows:
+            flat.extend([pad] * (length - len(row)))
+            flat.extend(row)
+        self.low, self.high = min(flat), max(flat)
+        for row in rows:
+            flat.extend([0] * (length - len(row)) + [1] * len(row))
+        for row in rows:
+            flat.extend([0] * (length - len(row)) + list(range(len(row))))
+        self.stacked = torch.frombuffer(flat, dtype=torch.long).view(3, len(rows), length).clone()
+        self.spans = tuple(_spans(list(map(len, rows_per_invoke))))
+
+
+def _text_batch(values: list, invokes: list, model: nn.Module, tokenizer) -> tuple:
+    """Text padded on the left; ids, attention mask and position ids made into tensors at once, on the
+    input device. This runs before every cell with invokes, so the batch is kept per set of INPUTs and
+    each call gets its own copy (a cell may edit its inputs in place)."""
+    if tokenizer is None:
+        raise InputError("a text INPUT needs a tokenizer: load the model with nbgrad.load_model, pass "
+                         "--tokenizer EXPR, or give the model a `tokenizer` attribute", invokes[0].line)
+    pad = tokenizer.pad_token_id
+    pad = pad if pad is not None else (tokenizer.eos_token_id or 0)
+    key = (tuple(value if isinstance(value, str) else tuple(value) for value in values), pad)
+    batch = _remembered(tokenizer, key, lambda: _Batch(
+        [_token_rows(value, invoke, tokenizer) for value, invoke in zip(values, invokes)], pad))
+    check_token_range(batch.low, batch.high, batch.stacked.shape[-1], model)
+    ids, mask, positions = batch.stacked.to(input_device(model), copy=True).unbind()
     kwargs = {"input_ids": ids, "attention_mask": mask}
     if _accepts(model, "position_ids"):
         kwargs["position_ids"] = positions
-    return (), kwargs, _spans([len(rows) for rows in rows_per_invoke])
+    return (), kwargs, batch.spans
 
 
 def _concatenated(calls: list, invokes: list) -> tuple:

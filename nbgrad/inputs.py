@@ -73,6 +73,10 @@ def input_device(model: nn.Module):
     With accelerate's placement (`device_map`, CPU / disk offload) a module's weights may sit on `meta`
     or the CPU while it runs elsewhere; its hook's execution device says where. None: leave inputs."""
     embeddings = input_embeddings(model)
+    if embeddings is not None and "_hf_hook" not in vars(embeddings) and "_hf_hook" not in vars(model):
+        weight = embeddings._parameters.get("weight")      # the common case, first: this runs before every cell
+        if weight is not None and weight.device.type != "meta":
+            return weight.device
     for module in (embeddings, model):
         device = _execution_device(module)
         if device is not None:

@@ -164,6 +164,33 @@ def test_a_tokenizer_that_gains_a_token_is_read_again(model):
         nbgrad.trace(model, None, source, tokenizer=tokenizer, no_grad=True)
 
 
+def test_a_cell_that_edits_its_input_ids_leaves_the_next_cell_its_own(model):
+    """The padded batch is kept per set of prompts; each cell gets a copy, so an in-place edit of the ids
+    in one cell is not seen by the next."""
+    edit = f"with invoke({EIFFEL!r}):\n    model.transformer.wte.input[:] = 0\n" \
+           f"with invoke({SHORT!r}):\n    h = model.transformer.h[0].output.save()"
+    plain = edit.replace("    model.transformer.wte.input[:] = 0\n", "    pass\n")
+    edited = nbgrad.trace(model, None, edit, no_grad=True)
+    assert edited.input_ids[0].count_nonzero() == 0
+    again = nbgrad.trace(model, None, plain, no_grad=True)
+    tokenizer = nbgrad.tokenizer_for(model)
+    assert again.input_ids[0].tolist() == tokenizer(EIFFEL)["input_ids"]
+    short = tokenizer(SHORT)["input_ids"]
+    assert again.input_ids[1, -len(short):].tolist() == short
+
+
+def test_a_new_pad_token_is_used_by_the_next_cell(model):
+    tokenizer = copy.deepcopy(nbgrad.tokenizer_for(model))
+    source = f"with invoke({EIFFEL!r}):\n    pass\nwith invoke({SHORT!r}):\n    h = model.transformer.h[0].output.save()"
+    first = nbgrad.trace(model, None, source, tokenizer=tokenizer, no_grad=True)
+    assert first.input_ids[1, 0] == (tokenizer.pad_token_id if tokenizer.pad_token_id is not None
+                                     else tokenizer.eos_token_id)
+    tokenizer.pad_token = tokenizer.convert_ids_to_tokens(7)
+    second = nbgrad.trace(model, None, source, tokenizer=tokenizer, no_grad=True)
+    assert second.input_ids[1, 0] == 7
+    assert torch.equal(first.saved["h"][:, -1], second.saved["h"][:, -1])
+
+
 def test_left_padding_with_a_llama_model(tmp_path):
     tokenizer = nbgrad.tokenizer_for(nbgrad.load_model())
     torch.manual_seed(0)
