@@ -57,6 +57,29 @@ def is_save_call(node: ast.AST) -> bool:
             and not node.args and not node.keywords)
 
 
+# What a cell may be made of and still run no code but PyTorch's: names, constants, attribute chains,
+# indexing, operators, assignments, `x.save()` and `with invoke(...)` blocks.
+_PLAIN = (ast.Module, ast.Expr, ast.Assign, ast.AugAssign, ast.Pass, ast.Name, ast.Constant, ast.Attribute,
+          ast.Subscript, ast.Slice, ast.Tuple, ast.List, ast.UnaryOp, ast.BinOp, ast.expr_context, ast.operator,
+          ast.unaryop, ast.withitem, ast.Call, ast.With)
+
+
+def calls_nothing(body: list) -> bool:
+    """Whether a cell calls nothing but `x.save()` and `invoke(...)`, and sets no attribute but an event's.
+    Such a cell cannot change a `requires_grad` flag, so its run need not read them all twice."""
+    for node in ast.walk(ast.Module(body=body, type_ignores=[])):
+        if not isinstance(node, _PLAIN):
+            return False
+        if isinstance(node, ast.Call) and not (is_save_call(node) or
+                                               (isinstance(node.func, ast.Name) and node.func.id == "invoke")):
+            return False
+        if isinstance(node, ast.With) and not is_invoke_block(node):
+            return False
+        if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load) and node.attr not in EVENT_ATTRS:
+            return False
+    return True
+
+
 def can_pause_in(stmt: ast.AST) -> bool:
     """A plain `def` (no decorators) whose body uses module events: the cell's direct calls of it pause
     at those events like the cell's own statements."""

@@ -28,7 +28,8 @@ class CellState:
     def __init__(self, program, namespace: dict, model: nn.Module | None, active: list):
         self.namespace = namespace
         self.grad_mode = torch.is_grad_enabled()
-        self.columns = parameter_columns(model) if model is not None else ((), ())
+        # A cell that calls nothing cannot change a flag: reading them (twice) is most of a small cell's cost.
+        self.columns = parameter_columns(model) if model is not None and not program.calls_nothing else ((), ())
         self.flags = _flags(self.columns)
         self.before = {name: namespace.get(name, _MISSING) for name in program.bound_names}
         outer = namespace.get(RUNTIME_NAME, _MISSING)

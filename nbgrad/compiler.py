@@ -11,8 +11,8 @@ import textwrap
 import types
 from functools import lru_cache
 
-from .cellast import (MODULE_EVENTS, can_pause_in, generator_function, is_backward_block, is_backward_call,
-                      is_invoke_block, is_path, loop_sources, position, walk_cell_level)
+from .cellast import (MODULE_EVENTS, calls_nothing, can_pause_in, generator_function, is_backward_block,
+                      is_backward_call, is_invoke_block, is_path, loop_sources, position, walk_cell_level)
 from .dataflow import (add_dependencies, augmented_names, bound_names, grad_only_names, read_names, stored_names,
                        written_events)
 from .errors import NbgradError, register_cell_source
@@ -61,6 +61,7 @@ class _Builder:
         self.twin_defs: set = set()      # ids of their `def` statements
 
     def build(self, body: list) -> Program:
+        plain = calls_nothing(body)          # before the statements are rewritten
         self._collect_passes(body)
         flat = self._flatten(body)
         for stmt, _, _ in flat:
@@ -81,7 +82,7 @@ class _Builder:
         bound = frozenset(n for n in all_bound if not n.startswith(TEMP_PREFIX))
         return Program(self.source, self.mode, self.filename, graph, nodes, self.uses,
                        forward_targets=self._forward_targets(free), grad_targets=self.grad_targets,
-                       bound_names=bound, invokes=self.invokes)
+                       bound_names=bound, invokes=self.invokes, calls_nothing=plain)
 
     # --- event uses and backward passes ---------------------------------------------------------
 

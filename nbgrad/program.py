@@ -96,4 +96,5 @@ class Program:
     grad_targets: list = field(default_factory=list)      # Target: tensors to hook when their pass starts
     bound_names: frozenset = field(default_factory=frozenset)
     invokes: list = field(default_factory=list)           # Invoke, in source order
+    calls_nothing: bool = False   # the cell cannot change requires_grad flags (cellast.calls_nothing)
 

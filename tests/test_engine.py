@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 import nbgrad
+from nbgrad.compiler import compile_cell
 from helpers import assert_clean, model_state
 
 
@@ -300,6 +301,39 @@ def test_flags_restored_after_the_model_changes_shape(tiny, ids):
     nbgrad.trace(tiny, ids, "model.extra.weight.requires_grad_(False)\nb = model.transformer.h[0].output.save()")
     assert tiny.extra.weight.requires_grad
     assert_clean(tiny, before)
+
+
+@pytest.mark.parametrize("source, plain", [
+    ("h = model.transformer.h[0].output[:, -1].save()", True),
+    ("model.transformer.h[0].output[:, 0] = 0.0\nmodel.transformer.h[1].output *= -1", True),
+    ("with invoke('a'):\n    h = model.transformer.h[0].output.save()", True),
+    ("model.transformer.wte.weight.requires_grad = False", False),
+    ("model.requires_grad_(False)", False),
+    ("h = model.transformer.h[0].output.clone().save()", False),
+    ("with invoke(prompt()):\n    h = model.transformer.h[0].output.save()", False),
+    ("h = [b.output.save() for b in model.transformer.h]", False),
+    ("with model.output.logits.sum().backward():\n    g = model.transformer.h[0].output.grad.save()", False),
+])
+def test_which_cells_cannot_change_a_flag(source, plain):
+    """A cell that calls nothing but `.save()` skips the flag snapshot: every other cell takes it."""
+    assert compile_cell(source).calls_nothing is plain
+
+
+def test_flags_set_without_a_call_are_restored(tiny, ids):
+    before = model_state(tiny)
+    nbgrad.trace(tiny, ids, "model.transformer.wte.weight.requires_grad = False\n"
+                            "h = model.transformer.h[0].output.save()")
+    assert tiny.transformer.wte.weight.requires_grad
+    assert_clean(tiny, before)
+
+
+def test_flags_set_inside_an_invoke_are_restored(default_model):
+    before = model_state(default_model)
+    nbgrad.trace(default_model, None, "with invoke('The cat sat'):\n"
+                                      "    model.transformer.wte.weight.requires_grad = False\n"
+                                      "    h = model.transformer.h[0].output.save()", {"model": default_model})
+    assert default_model.transformer.wte.weight.requires_grad
+    assert_clean(default_model, before)
 
 
 def test_graph_text_lists_events_nodes_and_edges(tiny, ids):
