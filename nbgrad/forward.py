@@ -26,7 +26,7 @@ class ForwardEvents:
     # --- requests -------------------------------------------------------------------------------
 
     def read(self, task, request):
-        module = self.resolve(request.module, request.use)
+        module = self._module(task, request)
         use = self.uses[request.use]
         if not isinstance(module, nn.Module):
             return True, getattr(module, use.kind)
@@ -45,7 +45,7 @@ class ForwardEvents:
         return self._wait_for(module, key, task, request, use)
 
     def write(self, task, request):
-        module = self.resolve(request.module, request.use)
+        module = self._module(task, request)
         use = self.uses[request.use]
         if not isinstance(module, nn.Module):
             setattr(module, use.kind, request.value)
@@ -67,7 +67,16 @@ class ForwardEvents:
             raise OrderError(diagnose.never_ran(use, module, self.runtime.model, after_forward=True), use.line)
         if self.hook(module, use.kind) and self.model_running:
             self.late_hooks.add(key)
+        task.module = module              # the event that wakes the task is this module's
         return self.runtime.scheduler.park(key, task, request)
+
+    def _module(self, task, request):
+        """The module a request names: the one the task was parked on, when it is being woken."""
+        module = task.module
+        if module is None:
+            return self.resolve(request.module, request.use)
+        task.module = None
+        return module
 
     def resolve(self, thunk, use_id):
         """The module a request names, or an error that says which step of its path is not in the model."""
@@ -100,6 +109,8 @@ class ForwardEvents:
 
     def hook(self, module: nn.Module, kind: str) -> bool:
         """Hook one event of a module; True when the hook is new."""
+        if (id(module), "input" if kind == "inputs" else kind) in self.runtime.hooks:
+            return False
         if kind == "output":
             key = (id(module), "output")
 

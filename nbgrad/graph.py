@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
+
 
 @dataclass(frozen=True)
 class EventUse:
@@ -41,9 +43,9 @@ class BackwardPass:
     block: bool                      # written as `with LOSS.backward():`
 
 
-@dataclass(frozen=True)
-class Run:
-    """One moment of a run: a statement started, or was woken by an event it waited for."""
+class Run(NamedTuple):
+    """One moment of a run: a statement started, or was woken by an event it waited for. (A tuple: every
+    run of a cell makes them.)"""
     node: int
     line: int
     woke_by: str | None              # the event (`model.transformer.h[3].output`), None when it started

@@ -11,7 +11,6 @@ resumed when what it waits for exists, every hook removed and every flag restore
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
 
 import torch
 from torch import nn
@@ -20,7 +19,7 @@ from . import hints
 from .cellstate import CellState
 from .errors import NbgradError, for_the_cell
 from .forward import ForwardEvents
-from .graph import Run
+from .graph import HookGraph, Run
 from .gradients import GradientEvents
 from .hookset import HookSet
 from .program import Backward, GradRead, GradWrite, Program, Read, Write
@@ -207,7 +206,7 @@ class Runtime:
         uses, nodes = self.program.uses, self.program.graph.nodes
         runs = [Run(node, nodes[node].line, uses[use].describe() if use is not None else None, phase)
                 for node, use, phase in self.scheduler.timeline]
-        return replace(self.program.graph, runs=runs, failed=self.scheduler.failed)
+        return HookGraph(nodes, self.program.graph.passes, runs, self.scheduler.failed)
 
     # --- end of the cell ------------------------------------------------------------------------
 

@@ -9,11 +9,12 @@ from .errors import OrderError
 
 
 class Task:
-    """A started node: its generator, and the use id of the event that woke it last."""
-    __slots__ = ("node", "gen", "cause")
+    """A started node: its generator, the use id of the event that woke it last, and the module whose event
+    it is parked on (so that the answer need not find the module again)."""
+    __slots__ = ("node", "gen", "cause", "module")
 
     def __init__(self, node, gen, cause):
-        self.node, self.gen, self.cause = node, gen, cause
+        self.node, self.gen, self.cause, self.module = node, gen, cause, None
 
 
 class Scheduler:
