@@ -50,18 +50,34 @@ def _token_rows(value, invoke, tokenizer) -> list:
 # Per tokenizer, what its prompts gave: token ids per prompt, and whole padded batches per set of
 # invoke INPUTs (a notebook runs the same clean and corrupt prompts cell after cell). Keyed by what
 # changes a tokenizer's output: its vocabulary size, the BOS/EOS flags and, for a batch, the pad id.
-_seen: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_seen: dict = {}            # id(tokenizer) -> (weak reference to it, {key: value})
 _SEEN_LIMIT = 512
+
+
+def _cache_of(tokenizer) -> dict | None:
+    """The tokenizer's cache (a plain dict by id, checked against a weak reference: cheaper than a
+    WeakKeyDictionary, which makes a new reference at every look-up). None if it cannot be referenced."""
+    entry = _seen.get(id(tokenizer))
+    if entry is not None and entry[0]() is tokenizer:
+        return entry[1]
+    try:
+        ref = weakref.ref(tokenizer, lambda _, key=id(tokenizer): _seen.pop(key, None))
+    except TypeError:
+        return None
+    _seen[id(tokenizer)] = (ref, {})
+    return _seen[id(tokenizer)][1]
 
 
 def _remembered(tokenizer, key, make):
     """`make()`, kept in the tokenizer's cache under `key`; made anew, unkept, for a tokenizer that
     cannot be weakly referenced or has no len()."""
+    seen = _cache_of(tokenizer)
     try:
-        seen = _seen.setdefault(tokenizer, {})
         key = (key, len(tokenizer), getattr(tokenizer, "add_bos_token", None),
                getattr(tokenizer, "add_eos_token", None))
     except TypeError:
+        seen = None
+    if seen is None:
         return make()
     value = seen.get(key)
     if value is None:

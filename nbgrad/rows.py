@@ -22,7 +22,7 @@ class InvokeRows:
         dicts and ModelOutputs too. Anything else as it is."""
         if self._batched(value):
             start, stop = self.spans[invoke]
-            rows = value[start:stop]
+            rows = value.narrow(0, start, stop - start)      # value[start:stop], without parsing an index
             self._bases[id(rows)] = (rows, value, invoke)
             return rows
         if isinstance(value, (tuple, list)):

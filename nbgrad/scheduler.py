@@ -79,7 +79,8 @@ class Scheduler:
             if request is None:
                 self.done.add(task.node.spec.index)
                 self.tasks.remove(task)
-                self.start_ready()
+                if self.unstarted:
+                    self.start_ready()
                 return
             try:
                 answered, value = handlers[type(request)](task, request)
