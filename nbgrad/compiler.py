@@ -206,7 +206,9 @@ class _Builder:
 
     def _forward_targets(self, free: frozenset) -> list:
         """Module events whose module the runtime can find before the run: hooked before the model starts."""
-        targets, seen = [], set()
+        targets, seen, same = [], set(), {}
+        for index, use in enumerate(self.uses):
+            same[use.kind, use.target] = same.get((use.kind, use.target), frozenset()) | {index}
         for use, target, looped in zip(self.uses, self.use_ast, self.use_looped):
             if use.kind == "grad" or (use.kind, use.target) in seen:
                 continue
@@ -214,7 +216,7 @@ class _Builder:
             if looped and is_path(target, free):     # `[block.output for block in model.transformer.h]`
                 targets.append(Target(use.kind, self._text(target), self._eval_code(target), every_element=True))
             elif is_path(target, free):
-                targets.append(Target(use.kind, use.target, self._eval_code(target)))
+                targets.append(Target(use.kind, use.target, self._eval_code(target), uses=same[use.kind, use.target]))
             elif isinstance(target, ast.Subscript) and is_path(target.value, free):
                 targets.append(Target(use.kind, self._text(target.value), self._eval_code(target.value),
                                       every_element=True))

@@ -22,6 +22,7 @@ class ForwardEvents:
         self.done = False                # the model's forward call has returned
         self.tuple_reads: dict = {}      # use id -> (use, length) of reads that returned a tuple, for hints
         self.last_replacement = None     # (use, shape before, shape after) of the latest replaced value
+        self.requested: set = set()      # use ids that a statement has waited on (so their module is hooked)
 
     # --- requests -------------------------------------------------------------------------------
 
@@ -68,6 +69,7 @@ class ForwardEvents:
         if self.hook(module, use.kind) and self.model_running:
             self.late_hooks.add(key)
         task.module = module              # the event that wakes the task is this module's
+        self.requested.add(request.use)
         return self.runtime.scheduler.park(key, task, request)
 
     def _module(self, task, request):
@@ -97,8 +99,11 @@ class ForwardEvents:
     # --- hooks ----------------------------------------------------------------------------------
 
     def hook_targets(self, targets: list, namespace: dict) -> None:
-        """Hook, before the model runs, every event whose module can be found already."""
+        """Hook, before the model runs, every event whose module can be found already, except a plain path
+        whose every use a statement already waits on (its module is hooked)."""
         for target in targets:
+            if target.uses and target.uses <= self.requested:
+                continue
             try:
                 found = eval(target.code, namespace)
             except Exception:

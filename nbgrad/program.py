@@ -73,6 +73,7 @@ class Target:
     code: types.CodeType
     every_element: bool = False   # hook every element of the container the expression names
     pass_index: int | None = None  # for gradient targets: the backward pass they belong to
+    uses: frozenset = frozenset()  # the event uses it stands for (a module target that is a plain path)
 
 
 @dataclass(frozen=True)

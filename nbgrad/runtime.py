@@ -76,8 +76,8 @@ class Runtime:
 
     def run_trace(self, call_args: tuple, call_kwargs: dict) -> Result:
         def body():
-            self.forward.hook_targets(self.program.forward_targets, self.ns)
             self.scheduler.start_ready()
+            self.forward.hook_targets(self.program.forward_targets, self.ns)
             self.forward.model_running = True
             self.model(*call_args, **call_kwargs)
             self.forward.model_running = False
