@@ -18,6 +18,8 @@ from .limits import check_token_range
 
 def batch_invokes(values: list, invokes: list, model: nn.Module, tokenizer) -> tuple:
     """(args, kwargs, spans): the model call for all invokes, and [start, stop) of each invoke's rows."""
+    if set(map(type, values)) == {str}:         # the common case, without a Python call per value
+        return _text_batch(values, invokes, model, tokenizer)
     texts = [_is_text(value) for value in values]
     if all(texts):
         return _text_batch(values, invokes, model, tokenizer)
@@ -121,7 +123,8 @@ def _text_batch(values: list, invokes: list, model: nn.Module, tokenizer) -> tup
                          "--tokenizer EXPR, or give the model a `tokenizer` attribute", invokes[0].line)
     pad = tokenizer.pad_token_id
     pad = pad if pad is not None else (tokenizer.eos_token_id or 0)
-    key = (tuple(value if isinstance(value, str) else tuple(value) for value in values), pad)
+    key = (tuple(value if isinstance(value, str) else tuple(value) for value in values)
+           if list in map(type, values) else tuple(values), pad)
     batch = _remembered(tokenizer, key, lambda: _Batch(
         [_token_rows(value, invoke, tokenizer) for value, invoke in zip(values, invokes)], pad))
     check_token_range(batch.low, batch.high, batch.stacked.shape[-1], model)

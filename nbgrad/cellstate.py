@@ -34,7 +34,7 @@ class CellState:
         self.before = {name: namespace.get(name, _MISSING) for name in program.bound_names}
         outer = namespace.get(RUNTIME_NAME, _MISSING)
         # A runtime slot left by a run that is no longer active (a process killed mid-cell) is not restored.
-        self.outer_runtime = outer if any(outer is runtime for runtime in active) else _MISSING
+        self.outer_runtime = outer if outer is not _MISSING and any(outer is run for run in active) else _MISSING
 
     def install(self, runtime) -> None:
         self.namespace[RUNTIME_NAME] = runtime

@@ -86,7 +86,9 @@ class ForwardEvents:
             module = thunk()
         except (AttributeError, IndexError, KeyError, TypeError) as error:
             raise diagnose.module_path_error(self.uses[use_id], self.runtime.ns, error) from error
-        return compiled_inner(module) or module      # `model.output` of a torch.compile'd model
+        if type(module).__name__ == "OptimizedModule":     # `model.output` of a torch.compile'd model
+            return compiled_inner(module) or module
+        return module
 
     def never_came(self, request) -> OrderError:
         """The error for a statement still waiting on this event when the cell ends."""

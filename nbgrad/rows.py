@@ -20,7 +20,7 @@ class InvokeRows:
     def view(self, value, invoke: int):
         """The invoke's rows of a module's value: tensors with the batch on axis 0, inside tuples, lists,
         dicts and ModelOutputs too. Anything else as it is."""
-        if self._batched(value):
+        if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == self.batch_size:
             start, stop = self.spans[invoke]
             rows = value.narrow(0, start, stop - start)      # value[start:stop], without parsing an index
             self._bases[id(rows)] = (rows, value, invoke)

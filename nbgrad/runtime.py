@@ -31,9 +31,11 @@ _tracing: dict = {}                 # id(model) -> id of the thread whose runs t
 
 
 def _active() -> list:
-    if not hasattr(_local, "runtimes"):
+    try:
+        return _local.runtimes
+    except AttributeError:
         _local.runtimes = []
-    return _local.runtimes
+        return _local.runtimes
 
 
 def active_runtime():
@@ -189,8 +191,11 @@ class Runtime:
     def _release_model(self) -> None:
         """Give the model back unless a run of this thread that this one is nested in still traces it (runs
         after `self` left the active list; idempotent)."""
-        if self.model is None or any(run.model is self.model for run in _active()):
+        if self.model is None:
             return
+        for run in _active():
+            if run.model is self.model:
+                return
         if _tracing.get(id(self.model)) == threading.get_ident():
             _tracing.pop(id(self.model), None)
 

@@ -42,7 +42,7 @@ class Scheduler:
         spec = node.spec
         if spec.block is not None and self.pass_state[spec.block] == "pending":
             return False
-        return all(dep in self.done for dep in spec.deps)
+        return self.done.issuperset(spec.deps)
 
     def start_ready(self) -> None:
         """Start, in source order, every node whose dependencies have finished."""
@@ -101,12 +101,13 @@ class Scheduler:
         if not waiting:
             return
         outer, self.cause = self.cause, waiting[0][1].use
+        phase = self.phase()
         try:
             if len(waiting) > 1:
                 waiting.sort(key=lambda pair: pair[0].node.spec.index)
             for task, request in waiting:
                 task.cause = self.cause
-                self.timeline.append((task.node.spec.index, request.use, self.phase()))
+                self.timeline.append((task.node.spec.index, request.use, phase))
                 try:
                     answered, value = self.handlers[type(request)](task, request)
                 except Exception as raised:
