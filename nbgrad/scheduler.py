@@ -101,13 +101,12 @@ class Scheduler:
         if not waiting:
             return
         outer, self.cause = self.cause, waiting[0][1].use
-        phase = self.phase()
         try:
             if len(waiting) > 1:
                 waiting.sort(key=lambda pair: pair[0].node.spec.index)
             for task, request in waiting:
                 task.cause = self.cause
-                self.timeline.append((task.node.spec.index, request.use, phase))
+                self.timeline.append((task.node.spec.index, request.use, self.phase()))
                 try:
                     answered, value = self.handlers[type(request)](task, request)
                 except Exception as raised:
