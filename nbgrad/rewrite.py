@@ -188,6 +188,15 @@ class Rewriter(ast.NodeTransformer):
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
 
+    def visit_Delete(self, node):
+        for target in node.targets:
+            if isinstance(target, ast.Attribute) and target.attr in MODULE_EVENTS:
+                text = ast.unparse(target)
+                raise NbgradError(f"`del {text}`: a module's `.{target.attr}` is an event of the run, not an "
+                                  f"attribute, so it cannot be deleted. To change what later modules get, assign "
+                                  f"a new value (`{text} = ...`)", node.lineno)
+        return self.generic_visit(node)
+
     def visit_ClassDef(self, node):
         """A class body runs once, as the statement runs, but in a scope of its own that cannot pause."""
         for inner in ast.walk(node):

@@ -243,6 +243,8 @@ def test_python_requirement_is_declared():
      "line 1: `.output` inside a function that nbgrad cannot pause in (a lambda, a decorated or nested function"),
     ("class Probe:\n    kept = model.transformer.h[0].output",
      "line 2: `.output` inside a class body: nbgrad cannot pause there. Read the value in the cell"),
+    ("x = 1\ndel model.transformer.h[0].output",
+     "line 2: `del model.transformer.h[0].output`: a module's `.output` is an event of the run, not an attribute"),
 ])
 def test_events_where_nbgrad_cannot_pause_are_one_clear_error(tiny, ids, source, message):
     before = model_state(tiny)
