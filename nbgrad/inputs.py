@@ -9,14 +9,18 @@ from torch import nn
 
 from .errors import InputError
 from .limits import check_token_ids, input_embeddings
+from .models import processor_for
 
 INPUT_HELP = ("INPUT may be a string or a list of strings (tokenized; a list is one padded batch), "
+              "a PIL image or a list of them (through the model's image processor), "
               "a tensor (the first argument), a dict or BatchEncoding (keyword arguments) "
               "or a tuple (positional arguments)")
 
 
 def call_arguments(value, model: nn.Module, tokenizer=None) -> tuple:
     """(args, kwargs) for `model(*args, **kwargs)`, tensors moved to `input_device(model)`."""
+    if _is_image(value) or (isinstance(value, list) and value and all(map(_is_image, value))):
+        value = _processed(value, model)
     args, kwargs = _arguments(value, tokenizer)
     check_token_ids(input_ids_of(args, kwargs), model)
     device = input_device(model)
@@ -44,6 +48,20 @@ def _arguments(value, tokenizer) -> tuple:
     if isinstance(value, tuple):
         return value, {}
     raise InputError(f"INPUT is a {type(value).__name__}; {INPUT_HELP}")
+
+
+def _is_image(value) -> bool:
+    """A PIL image (by its class's module: PIL need not be installed for the rest)."""
+    return type(value).__module__.startswith("PIL.") and hasattr(value, "getpixel")
+
+
+def _processed(images, model: nn.Module) -> dict:
+    processor = processor_for(model)
+    if processor is None:
+        raise InputError("an image INPUT needs the model's image processor: load the model with "
+                         "nbgrad.load_model from a checkpoint that has one, or give INPUT as the processor's "
+                         "output (a dict with pixel_values)")
+    return dict(processor(images=images, return_tensors="pt"))
 
 
 def _encode(text, tokenizer) -> dict:

@@ -123,6 +123,28 @@ def test_image_model_gets_its_image_processor(checkpoints):
         torch.testing.assert_close(result.saved["logits"], model(**pixels).logits)
 
 
+def test_a_pil_image_goes_through_the_image_processor(checkpoints):
+    from PIL import Image
+    model = nbgrad.load_model(checkpoints["vit"])
+    array = (torch.rand(8, 8, 3, generator=torch.Generator().manual_seed(3)) * 255).to(torch.uint8).numpy()
+    image = Image.fromarray(array)
+    pixels = nbgrad.processor_for(model)(images=image, return_tensors="pt")
+    one = nbgrad.trace(model, image, "logits = model.output.logits.save()", no_grad=True)
+    two = nbgrad.trace(model, [image, image], "logits = model.output.logits.save()", no_grad=True)
+    with torch.no_grad():
+        expected = model(**pixels).logits
+    torch.testing.assert_close(one.saved["logits"], expected)
+    torch.testing.assert_close(two.saved["logits"], expected.expand(2, -1))
+
+
+def test_a_pil_image_without_a_processor_is_one_clear_error(tmp_path, capsys):
+    from PIL import Image
+    save_checkpoint("vit", tmp_path, with_preprocessor=False)
+    model = nbgrad.load_model(str(tmp_path))
+    with pytest.raises(nbgrad.InputError, match="an image INPUT needs the model's image processor"):
+        nbgrad.trace(model, Image.new("RGB", (8, 8)), "logits = model.output.logits.save()")
+
+
 def test_image_model_without_processor_loads_with_a_note(tmp_path, capsys):
     save_checkpoint("vit", tmp_path, with_preprocessor=False)
     model = nbgrad.load_model(str(tmp_path))
