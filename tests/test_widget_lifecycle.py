@@ -61,3 +61,12 @@ def test_a_closed_panel_widget_is_freed(monkeypatch):
     gc.collect()
     assert live.live_count() == 2 and first() is None
     live.close_all()
+
+
+def test_the_widget_carries_the_panel_stylesheet():
+    """Where nbgrad's extension is missing (VS Code, a lab without it) the widget styles itself: anywidget
+    puts `_css` on the page, and panel.js no longer does."""
+    from nbgrad.views.widget import PanelWidget
+    css = (Path(__file__).resolve().parents[1] / "nbgrad" / "views" / "panel.css").read_text()
+    assert PanelWidget._css == css and ".nbgrad-panel .nbg-card {" in css
+    assert ".nbgrad-panel" not in PanelWidget._esm

@@ -1,21 +1,6 @@
 // nbgrad panel renderer: one ES module, no imports, used as the anywidget front end and by the JupyterLab
 // extension's MIME renderer. It builds DOM from data only: labels go in through textContent, never markup.
-
-const STYLE_ID = "nbgrad-panel-style";
-const CSS = `
-.nbgrad-panel { font-family: var(--jp-ui-font-family, sans-serif); font-size: 12px; color: var(--jp-ui-font-color1, #222); } .nbgrad-panel .nbg-title { font-weight: 600; margin: 2px 0 6px; } .nbgrad-panel .nbg-note { color: var(--jp-ui-font-color2, #666); font-style: italic; margin: 2px 0; }
-.nbgrad-panel .nbg-tabs { display: flex; flex-wrap: wrap; gap: 2px; border-bottom: 1px solid #ccc; margin-bottom: 6px; } .nbgrad-panel .nbg-tab { border: 1px solid #ccc; border-bottom: none; background: #f3f3f3; padding: 3px 8px; cursor: pointer; font: inherit; } .nbgrad-panel .nbg-tab.nbg-active { background: #fff; font-weight: 600; }
-.nbgrad-panel .nbg-row { display: flex; flex-wrap: wrap; gap: 12px; align-items: flex-start; } .nbgrad-panel .nbg-card { border: 1px solid #ddd; border-radius: 4px; padding: 6px 8px; background: var(--jp-layout-color1, #fff); } .nbgrad-panel .nbg-name { font-family: var(--jp-code-font-family, monospace); font-weight: 600; }
-.nbgrad-panel .nbg-kind { font-size: 10px; border-radius: 3px; padding: 0 4px; margin-left: 6px; background: #e8eef8; } .nbgrad-panel .nbg-kind.nbg-gradient { background: #fbe3d6; } .nbgrad-panel .nbg-summary { font-family: var(--jp-code-font-family, monospace); margin: 4px 0; white-space: pre-wrap; }
-.nbgrad-panel .nbg-bad { color: #b00020; font-weight: 700; } .nbgrad-panel .nbg-stats td { padding: 0 8px 0 0; font-family: var(--jp-code-font-family, monospace); } .nbgrad-panel canvas { image-rendering: pixelated; border: 1px solid #eee; }
-.nbgrad-panel .nbg-controls label { margin-right: 10px; } .nbgrad-panel .nbg-hover { font-family: var(--jp-code-font-family, monospace); min-height: 1.4em; } .nbgrad-panel .nbg-legend { display: flex; align-items: center; gap: 4px; font-family: var(--jp-code-font-family, monospace); }
-.nbgrad-panel table.nbg-topk { border-collapse: collapse; margin-top: 4px; } .nbgrad-panel table.nbg-topk td, .nbgrad-panel table.nbg-topk th { border: 1px solid #eee; padding: 1px 4px; font-family: var(--jp-code-font-family, monospace); white-space: pre; }
-`;
-
-function ensureStyle(doc) {
-  if (!doc || doc.getElementById(STYLE_ID)) return;
-  doc.head.appendChild(Object.assign(doc.createElement("style"), { id: STYLE_ID, textContent: CSS }));
-}
+// Its stylesheet is panel.css, which both of them load.
 
 function el(tag, cls, text) {
   const node = document.createElement(tag);
@@ -264,7 +249,6 @@ function groupItems(items) {
 }
 
 export function renderPanel(root, payload) {
-  ensureStyle(root.ownerDocument);
   root.replaceChildren();
   const panel = el("div", "nbgrad-panel");
   if (payload.title) panel.appendChild(el("div", "nbg-title", payload.title));

@@ -114,6 +114,12 @@ def executed_notebook(path, cells):
     return path
 
 
+def _styled(panel) -> bool:
+    """The panel's stylesheet (nbgrad/views/panel.css) reached the page: its font size and its cards' corners."""
+    return panel.evaluate("p => getComputedStyle(p).fontSize === '12px' && "
+                          "getComputedStyle(p.querySelector('.nbg-card')).borderTopLeftRadius === '4px'")
+
+
 def test_saved_notebook_shows_static_panels_without_a_kernel(lab_root, page, browser):
     saved = executed_notebook(lab_root / "static.ipynb", [SETUP, TRACE, SHOW])
     assert "application/vnd.nbgrad.panel+json" in saved.read_text()
@@ -128,6 +134,7 @@ def test_saved_notebook_shows_static_panels_without_a_kernel(lab_root, page, bro
         assert kernel is None
         names = _panels(page).nth(0).locator(".nbg-card .nbg-name").all_inner_texts()
         assert names == ["hs", "g"]
+        assert _styled(_panels(page).nth(0)), "the extension's stylesheet did not style the panel"
         screenshot(page, "lab-saved-notebook-no-kernel")
     finally:
         no_kernels.stop()
@@ -143,6 +150,7 @@ def test_widget_renders_without_the_extension_renderer(lab, lab_root, page):
     run_all_cells(page)
     page.wait_for_selector(".jp-OutputArea .nbgrad-panel canvas.nbg-heatmap-canvas", timeout=120_000)
     assert page.locator(".jp-OutputArea .nbgrad-rendered-panel").count() == 0    # not the extension's
+    assert _styled(_panels(page).first), "the live panel is not styled"
     canvas = page.locator(".jp-OutputArea canvas.nbg-heatmap-canvas").first
     before = canvas.evaluate("c => c.toDataURL()")
     page.locator(".jp-OutputArea input.nbg-slider").first.evaluate(
