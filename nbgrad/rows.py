@@ -20,8 +20,8 @@ class InvokeRows:
     def view(self, value, invoke: int):
         """The invoke's rows of a module's value: tensors with the batch on axis 0, inside tuples, lists,
         dicts and ModelOutputs too. Anything else as it is."""
-        if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == self.batch_size:
-            start, stop = self.spans[invoke]
+        if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == self.batch_size:  # _batched,
+            start, stop = self.spans[invoke]                  # inline: this runs at every read in an invoke
             rows = value.narrow(0, start, stop - start)      # value[start:stop], without parsing an index
             self._bases[id(rows)] = (rows, value, invoke)
             return rows
