@@ -100,8 +100,8 @@ def raw_patch_batch(model, batch):
 def invoke_scenario(model, runs: int, tokenizer) -> tuple:
     """(f): two invokes with a patch vs the same patch with raw hooks on a batch. nbgrad tokenizes and
     pads the two prompts in every run; the raw hooks get the batch made once, outside the timing."""
-    from nbgrad.batching import batch_invokes
-    from nbgrad.compiler import compile_cell
+    from nbgrad.models.batching import batch_invokes
+    from nbgrad.engine.compile.compiler import compile_cell
     namespace = {"model": model, "CLEAN": "The Eiffel Tower is in the city of", "CORRUPT": "The Colosseum is in"}
     program = compile_cell(PATCH_INVOKES)
     _, batch, _ = batch_invokes([namespace["CLEAN"], namespace["CORRUPT"]], program.invokes, model, tokenizer)

@@ -4,7 +4,7 @@ from .attribution import Attribution, attribute, attribution_patching
 from .errors import GradError, InputError, ModulePathError, NbgradError, OrderError
 from .generation import GenerationResult, generate
 from .models import load_model, processor_for, tokenizer_for
-from .result import Result
+from .engine.run.result import Result
 
 __version__ = "0.1.0"
 
@@ -14,10 +14,10 @@ __all__ = ["load_model", "tokenizer_for", "processor_for", "trace", "backward", 
 
 
 def load_ipython_extension(ipython):
-    from .magics import load
+    from .notebook.magics import load
     load(ipython)
 
 
 def unload_ipython_extension(ipython):
-    from .magics import unload
+    from .notebook.magics import unload
     unload(ipython)

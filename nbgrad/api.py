@@ -1,20 +1,19 @@
 """`nbgrad.trace` and `nbgrad.backward`: the engine behind the magics, for scripts and tests."""
 from __future__ import annotations
 
-import sys
-
 import torch
 from torch import nn
 
-from . import checks, models
-from .compiler import compile_cell
-from .batching import batch_invokes
-from .errors import InputError
-from .inputs import call_arguments, input_ids_of
-from .naming import tensor_names
-from .result import Result
-from .rows import InvokeRows
-from .runtime import Runtime, active_runtime
+from . import models
+from .engine.compile.compiler import compile_cell
+from .engine.run import checks
+from .engine.run.result import Result
+from .engine.run.rows import InvokeRows
+from .engine.run.runtime import Runtime, active_runtime
+from .errors.naming import tensor_names
+from .models.batching import batch_invokes
+from .models.cell import default_namespace, invoke_inputs, model_to_trace
+from .models.inputs import call_arguments, input_ids_of
 
 _MISSING = object()
 
@@ -27,17 +26,10 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
     program = compile_cell(source, "trace")
     if graph:
         return Result(saved={}, graph=program.graph)
-    namespace = _namespace(namespace, model)
-    inner = models.compiled_inner(model)
-    if inner is not None:
-        print("nbgrad: tracing the module inside torch.compile (eagerly, with hooks); the compiled "
-              "version is left as it was", file=sys.stderr)
-        tokenizer = tokenizer or models.tokenizer_for(model)
-        model = inner
-    models.remember(model)
-    tokenizer = tokenizer or models.tokenizer_for(model)
+    namespace = default_namespace(namespace, model)
+    model, tokenizer = model_to_trace(model, tokenizer)
     if program.invokes:
-        values = _invoke_inputs(program, input, namespace)
+        values = invoke_inputs(program, input, namespace)
         args, kwargs, spans = batch_invokes(values, program.invokes, model, tokenizer)
         rows = InvokeRows(spans, spans[-1][1])
     else:
@@ -48,22 +40,6 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
     result.input_ids = input_ids_of(args, kwargs)
     result.invokes = values
     return result
-
-
-def _invoke_inputs(program, input, namespace: dict, magic: str = "%%trace") -> list:
-    """Each invoke block's INPUT, evaluated in the namespace."""
-    first = program.invokes[0]
-    if input is not None:
-        raise InputError(f"INPUT on the {magic} line and `with invoke(...)` blocks together: give the inputs in "
-                         f"the invoke blocks only (`{magic} MODEL` with no INPUT)", first.line)
-    values = []
-    for invoke in program.invokes:
-        try:
-            values.append(eval(invoke.code, namespace))
-        except Exception as error:
-            raise InputError(f"invoke INPUT `{invoke.text}` could not be evaluated: {type(error).__name__}: "
-                             f"{error}", invoke.line) from error
-    return values
 
 
 def backward(loss: torch.Tensor, source: str = "", namespace: dict | None = None, *, grad_output=None,
@@ -101,13 +77,6 @@ def show(value, name: str = "", model=None, tokenizer=None):
     if tokenizer is None and model is not None:
         tokenizer = models.tokenizer_for(model)
     return build(value, name=name, tokenizer=tokenizer)
-
-
-def _namespace(namespace, model):
-    if namespace is None:
-        import nbgrad
-        return {"model": model, "torch": torch, "nbgrad": nbgrad}
-    return namespace
 
 
 def _leaves(loss: torch.Tensor) -> list:

@@ -16,14 +16,15 @@ import torch
 from torch import nn
 
 from . import models
-from .api import _invoke_inputs, _namespace
-from .batching import batch_invokes
-from .compiler import compile_cell
+from .engine.compile.compiler import compile_cell
+from .engine.run.moduletree import compiled_inner
+from .engine.run.result import Result
+from .engine.run.rows import InvokeRows
+from .engine.run.runtime import Runtime
 from .errors import GradError, InputError, NbgradError
-from .inputs import INPUT_HELP, call_arguments, input_ids_of
-from .result import Result
-from .rows import InvokeRows
-from .runtime import Runtime
+from .models.batching import batch_invokes
+from .models.cell import default_namespace, invoke_inputs
+from .models.inputs import INPUT_HELP, call_arguments, input_ids_of
 
 STEP_NAME = "step"
 TOP_K = 5
@@ -46,9 +47,9 @@ def generate(model: nn.Module, input, source: str, namespace: dict | None = None
     program = compile_cell(source, "trace")
     if graph:
         return GenerationResult(saved={}, graph=program.graph)
-    namespace = _namespace(namespace, model)
+    namespace = default_namespace(namespace, model)
     tokenizer = tokenizer or models.tokenizer_for(model)
-    model = models.compiled_inner(model) or model
+    model = compiled_inner(model) or model
     if not callable(getattr(model, "generate", None)):
         raise NbgradError(f"%%generate needs a model with transformers' `generate` (a generative model); "
                           f"{type(model).__name__} has none. Use %%trace for a single forward call")
@@ -59,7 +60,7 @@ def generate(model: nn.Module, input, source: str, namespace: dict | None = None
                **(kwargs or {})}
     values, spans = [], None
     if program.invokes:
-        values = _invoke_inputs(program, input, namespace, "%%generate")
+        values = invoke_inputs(program, input, namespace, "%%generate")
         args, call_kwargs, spans = batch_invokes(values, program.invokes, model, tokenizer)
         call_kwargs.pop("position_ids", None)      # generate makes them from the mask at every step
         _one_sequence_per_row(options, program.invokes[0].line)

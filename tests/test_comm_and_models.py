@@ -7,7 +7,7 @@ import torch
 from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
 import nbgrad
-from nbgrad import comm
+from nbgrad.notebook import comm
 from helpers import tiny_gpt2
 
 

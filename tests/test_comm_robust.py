@@ -5,7 +5,7 @@ import json
 import torch
 from torch import nn
 
-from nbgrad import comm
+from nbgrad.notebook import comm
 from helpers import tiny_gpt2
 
 

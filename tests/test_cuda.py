@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import nbgrad
-from nbgrad.inputs import input_device
+from nbgrad.models.inputs import input_device
 from families import save_checkpoint
 from helpers import hook_count, tiny_gpt2
 

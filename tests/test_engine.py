@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import nbgrad
-from nbgrad.compiler import compile_cell
+from nbgrad.engine.compile.compiler import compile_cell
 from helpers import assert_clean, model_state
 
 

@@ -13,8 +13,9 @@ import pytest
 import torch
 
 import nbgrad
-from nbgrad import compiler, runtime
-from nbgrad.runtime import active_runtime
+from nbgrad.engine.compile import compiler
+from nbgrad.engine.run import runtime
+from nbgrad.engine.run.runtime import active_runtime
 from helpers import hook_count, tensor_hook_count, tiny_gpt2
 from interrupts import Injector, points
 

@@ -9,10 +9,6 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "nbgrad"
 MAX_FILE_LINES = 300
 MAX_FUNCTION_LINES = 40
-# The engine: compiling a cell and running it. It never reaches up into the layers built on it.
-ENGINE = {"program", "cellast", "dataflow", "rewrite", "compiler", "graph", "errors", "hookset", "scheduler",
-          "forward", "gradients", "cellstate", "result", "runtime", "diagnose", "rows", "hints"}
-ABOVE_ENGINE = {"magics", "views", "comm", "api", "status", "attribution"}
 
 
 def source_files():
@@ -97,28 +93,100 @@ def test_script_function_finder_sees_long_functions(tmp_path):
     assert all(name != "if" for name, _, _ in found)
 
 
-def imported_rooms(path):
-    """Top-level rooms of the package that a module imports (`from .x import`, `from ..x import`)."""
-    rooms = set()
+def imported_modules(path):
+    """Modules of the package that a file imports (`from .x import y`, `from ..x import y`), as dotted paths
+    below `nbgrad` (`engine.run.runtime`), lazy imports inside functions included."""
+    here = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    package = here[:-1] if here[-1] != "__init__" else here[:-1]
+    found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.level:
-            parts = list(path.relative_to(PACKAGE).parts[:-1])[:len(path.relative_to(PACKAGE).parts) - node.level]
-            target = parts + (node.module.split(".") if node.module else [a.name for a in node.names][:1])
-            rooms.add(target[0] if target else "")
-    return rooms
+            base = package[:len(package) - node.level + 1]
+            base = base + (node.module.split(".") if node.module else [])
+            found.update(".".join(base + [alias.name]) if _is_module(base + [alias.name]) else ".".join(base)
+                         for alias in node.names)
+    return found
 
 
-def test_engine_imports_nothing_above_it():
-    for room in ENGINE:
-        wrong = imported_rooms(PACKAGE / f"{room}.py") & ABOVE_ENGINE
-        assert not wrong, f"nbgrad/{room}.py imports {wrong}"
+def _is_module(parts) -> bool:
+    return PACKAGE.joinpath(*parts).with_suffix(".py").is_file() or PACKAGE.joinpath(*parts, "__init__.py").is_file()
 
 
-def test_views_import_nothing_of_the_rest():
-    for path in (PACKAGE / "views").glob("*.py"):
-        wrong = imported_rooms(path) - {"views"}
-        assert not wrong, f"{path.relative_to(ROOT)} imports {wrong}"
+def room_of(dotted: str) -> str:
+    return dotted.split(".")[0] if dotted else ""
 
 
-def test_runtime_does_not_import_the_compiler():
-    assert "compiler" not in imported_rooms(PACKAGE / "runtime.py")
+# The folders and the arrows between them: each room may import the rooms listed, and no other.
+# errors < engine < models < api, generation < attribution, datasets < notebook; views stand alone.
+ALLOWED = {
+    "errors": {"errors"},
+    "engine": {"engine", "errors"},
+    "models": {"models", "engine", "errors"},
+    "views": {"views"},
+    "api": {"api", "engine", "errors", "models", "views", ""},
+    "generation": {"generation", "engine", "errors", "models", ""},
+    "attribution": {"attribution", "engine", "errors", "models", "views"},
+    "datasets": {"datasets", "api", "engine", "errors", "models"},
+    "notebook": {"notebook", "api", "generation", "attribution", "datasets", "engine", "errors", "models",
+                 "views", ""},
+}
+ROOMS = set(ALLOWED) | {""}
+
+
+def python_files():
+    return sorted(p for p in PACKAGE.rglob("*.py") if PACKAGE / "labextension" not in p.parents)
+
+
+def test_every_file_stands_in_a_known_room():
+    strays = [str(p.relative_to(PACKAGE)) for p in python_files()
+              if room_of(".".join(p.relative_to(PACKAGE).with_suffix("").parts)) not in ROOMS
+              and p.parent != PACKAGE]
+    assert not strays, f"files in no room of the layout: {strays}"
+
+
+@pytest.mark.parametrize("path", python_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_imports_follow_the_arrows(path):
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    room = "" if len(parts) == 1 and parts[0] == "__init__" else room_of(".".join(parts))
+    if room == "" or room not in ALLOWED:
+        return      # the package's own __init__ gathers the public API from every room
+    wrong = {dotted for dotted in imported_modules(path) if room_of(dotted) not in ALLOWED[room]}
+    assert not wrong, f"{path.relative_to(ROOT)} ({room}/) imports {sorted(wrong)}"
+
+
+def test_the_arrows_have_no_circle():
+    def reaches(start, target, seen=()):
+        return any(room == target or (room not in seen and reaches(room, target, seen + (room,)))
+                   for room in ALLOWED.get(start, ()) - {start, ""})
+    circles = [room for room in ALLOWED if reaches(room, room)]
+    assert not circles, f"rooms that reach themselves: {circles}"
+
+
+def test_running_a_cell_does_not_import_the_compiler():
+    for path in (PACKAGE / "engine" / "run").glob("*.py"):
+        assert "engine.compile.compiler" not in imported_modules(path), path.name
+
+
+IPYTHON = ("IPython", "ipykernel", "ipywidgets", "traitlets", "comm")
+
+
+def _imports_ipython(path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+        if any(name.split(".")[0] in IPYTHON for name in names):
+            return True
+    return False
+
+
+def test_only_the_notebook_room_imports_ipython():
+    wrong = [str(p.relative_to(PACKAGE)) for p in python_files()
+             if _imports_ipython(p) and "notebook" not in p.relative_to(PACKAGE).parts
+             and p != PACKAGE / "views" / "widget.py"]
+    assert not wrong, f"IPython imported outside nbgrad/notebook/: {wrong}"
+
+
+def test_the_layout_finds_imports(tmp_path):
+    assert "engine.run.runtime" in imported_modules(PACKAGE / "api.py")
+    assert "errors.diagnose" in imported_modules(PACKAGE / "engine" / "run" / "checks.py")
+    assert _imports_ipython(PACKAGE / "notebook" / "magics.py")

@@ -93,7 +93,7 @@ def _listed_state(env) -> str:
 
 
 def test_extension_state_matches_jupyter_labextension_list(tmp_path, monkeypatch):
-    from nbgrad import status
+    from nbgrad.notebook import status
     monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "config"))
     env = dict(os.environ)
     state = status.extension_state()

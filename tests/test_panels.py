@@ -132,7 +132,7 @@ def test_backward_panel_shows_leaf_grads_and_accumulation(shell):
 
 def test_gradflow_and_gradgraph_pictures(shell, default_model):
     from nbgrad.views.gradflow import GradFlow
-    from nbgrad.naming import tensor_names
+    from nbgrad.errors.naming import tensor_names
     from nbgrad.views.gradgraph import GradGraph
     nbgrad.trace(default_model, "Hello", "model.output.logits.sum().backward()")
     flow = GradFlow(default_model, "model")

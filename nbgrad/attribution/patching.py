@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError
-from ..gradients import register_grad_hook
+from ..engine.run.gradients import register_grad_hook
 from .gradients import per_position
 from .progress import progress
 from .prompt import Prompt, prepare

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError
-from ..inputs import call_arguments, input_ids_of
+from ..models.inputs import call_arguments, input_ids_of
 from ..models import tokenizer_for
 from .sites import logits_of
 

@@ -12,6 +12,7 @@ MAX_LIVE panel widgets stay open in a session; beyond that the oldest close (the
 """
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 
 LIVE_WIDGET = None      # None: only where the front end needs it (VS Code); True: always; False: never
@@ -69,5 +70,7 @@ def _close(key) -> None:
 
 
 def _shell():
-    from IPython import get_ipython
-    return get_ipython()
+    """The running IPython shell, if any. Views never import IPython (only `notebook/` does): a kernel
+    that runs one has it loaded already, and outside one there is no shell to ask."""
+    ipython = sys.modules.get("IPython")
+    return ipython.get_ipython() if ipython is not None else None

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import types
 
-from . import diagnose
-from .errors import OrderError
+from ...errors import diagnose
+from ...errors import OrderError
 
 
 class Task:

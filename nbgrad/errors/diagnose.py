@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from . import naming
-from .errors import GradError, ModulePathError
+from . import GradError, ModulePathError
 
 
 def module_path(model: nn.Module, module: nn.Module, root: str = "model") -> str | None:

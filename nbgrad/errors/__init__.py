@@ -56,7 +56,7 @@ def is_cell_frame(frame: types.FrameType) -> bool:
     return frame.f_code.co_filename.startswith(CELL_FILENAME_PREFIX)
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _CALL_MACHINERY = ("_call_impl", "_wrapped_call_impl")      # torch's Module.__call__, with its hooks
 
 

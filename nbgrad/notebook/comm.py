@@ -9,7 +9,7 @@ import weakref
 from torch import nn
 from torch.nn.parameter import is_lazy
 
-from .naming import module_path
+from ..errors.naming import module_path
 
 TARGET = "nbgrad"
 REQUESTS = ("models", "ping")

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from IPython.core.error import UsageError
 
+from ..attribution import attribute
 from ..errors import InputError
-from .gradients import attribute
 
 USAGE = "usage: %attribute MODEL INPUT --target T [--method ig|saliency|grad-x-input] [--steps N] " \
         "[--site PATH] [--baseline EXPR] [--batch-size N]; see %attribute?"
@@ -12,7 +12,7 @@ USAGE = "usage: %attribute MODEL INPUT --target T [--method ig|saliency|grad-x-i
 
 def attribute_line(magics, line: str, magic):
     """Parse the line of `%attribute` (MODEL, a Python INPUT, options) and run the attribution."""
-    from ..magics import split_expression
+    from .magics import split_expression
     head, _, rest = line.strip().partition(" ")
     if not head or head.startswith("-"):
         raise UsageError(USAGE)

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from .errors import InputError
+from ..errors import InputError
 from .limits import check_token_ids, input_embeddings
-from .models import processor_for
+from .loading import processor_for
 
 INPUT_HELP = ("INPUT may be a string or a list of strings (tokenized; a list is one padded batch), "
               "a PIL image or a list of them (through the model's image processor), "

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from . import diagnose
-from .errors import ArgumentError, GradError
+from ...errors import diagnose
+from ...errors import ArgumentError, GradError
 
 
 def trace_arguments(model, namespace) -> None:

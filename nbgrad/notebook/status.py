@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from . import __version__, models
+from .. import __version__
+from .. import models
 
 NAME = "nbgrad"
 

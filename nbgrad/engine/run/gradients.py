@@ -4,8 +4,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from . import diagnose
-from .errors import GradError
+from ...errors import diagnose
+from ...errors import GradError
 from .forward import elements
 
 

@@ -7,8 +7,9 @@ import weakref
 import torch
 from torch import nn
 
-from . import models, naming
-from .errors import InputError
+from ..engine.run import moduletree
+from ..errors import naming
+from ..errors import InputError
 
 
 _embeddings: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
@@ -18,14 +19,14 @@ def input_embeddings(model: nn.Module):
     """The model's input embedding module (`get_input_embeddings()`), or None. Cached per model until any
     module is registered anywhere (`set_input_embeddings` assigns a module, which counts)."""
     cached = _embeddings.get(model)
-    if cached is not None and cached[0] == models._structure_version[0]:
+    if cached is not None and cached[0] == moduletree._structure_version[0]:
         return cached[1]
     try:
         embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     except (NotImplementedError, AttributeError):
         embeddings = None
     embeddings = embeddings if isinstance(embeddings, nn.Module) else None
-    _embeddings[model] = (models._structure_version[0], embeddings)
+    _embeddings[model] = (moduletree._structure_version[0], embeddings)
     return embeddings
 
 
@@ -55,14 +56,14 @@ def limits(model: nn.Module) -> tuple:
     """((vocabulary size, where it comes from), (position limit, where it comes from)); None where unknown.
     Cached per model until any module is registered anywhere."""
     cached = _limits.get(model)
-    if cached is not None and cached[0] == models._structure_version[0]:
+    if cached is not None and cached[0] == moduletree._structure_version[0]:
         return cached[1]
     embeddings = _token_table(model)
     vocabulary = (None, "")
     if embeddings is not None:
         vocabulary = (embeddings.num_embeddings, f"{_path_of(model, embeddings)}.num_embeddings")
     found = (vocabulary, _position_limit(model, embeddings))
-    _limits[model] = (models._structure_version[0], found)
+    _limits[model] = (moduletree._structure_version[0], found)
     return found
 
 

@@ -15,14 +15,14 @@ import threading
 import torch
 from torch import nn
 
-from . import hints
+from ...errors import hints
 from .cellstate import CellState
-from .errors import NbgradError, for_the_cell
+from ...errors import NbgradError, for_the_cell
 from .forward import ForwardEvents
-from .graph import HookGraph, Run
+from ..compile.graph import HookGraph, Run
 from .gradients import GradientEvents
 from .hookset import HookSet
-from .program import Backward, GradRead, GradWrite, Program, Read, Write
+from ..compile.program import Backward, GradRead, GradWrite, Program, Read, Write
 from .result import Result, SavedValues, grad_pairs
 from .scheduler import Scheduler
 

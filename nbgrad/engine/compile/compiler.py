@@ -15,7 +15,7 @@ from .cellast import (MODULE_EVENTS, calls_nothing, can_pause_in, generator_func
                       is_backward_call, is_invoke_block, is_path, loop_sources, position, walk_cell_level)
 from .dataflow import (add_dependencies, augmented_names, bound_names, grad_only_names, read_names, stored_names,
                        written_events)
-from .errors import NbgradError, register_cell_source
+from ...errors import NbgradError, register_cell_source
 from .graph import BackwardPass, EventUse, HookGraph, Node
 from .program import TEMP_PREFIX, CompiledNode, Invoke, Program, Target
 from .rewrite import Rewriter

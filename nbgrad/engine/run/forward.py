@@ -4,9 +4,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from . import diagnose, hints
-from .errors import OrderError
-from .models import compiled_inner
+from ...errors import diagnose
+from ...errors import hints
+from ...errors import OrderError
+from .moduletree import compiled_inner
 
 
 class ForwardEvents:

@@ -11,7 +11,7 @@ import weakref
 import torch
 from torch import nn
 
-from .errors import InputError
+from ..errors import InputError
 from .inputs import call_arguments, input_device
 from .limits import check_token_range
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 import ast
 import copy
 
-from .cellast import (MODULE_EVENTS, const, generator_function, is_backward_block, is_backward_call,
-                      is_event_attr, is_invoke_block, is_save_call, name, never_runs_yield, position, thunk,
-                      touches_events)
-from .errors import NbgradError
+from .cellast import (MODULE_EVENTS, const, generator_function, is_backward_block, is_backward_call, is_event_attr,
+                      is_invoke_block, is_save_call, name, never_runs_yield, position, thunk, touches_events)
+from ...errors import NbgradError
 from .program import RUNTIME_NAME, TEMP_PREFIX
 
 

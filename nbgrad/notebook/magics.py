@@ -5,9 +5,10 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, kwds, magic_arguments
 
-from . import api, checks
-from .errors import InputError, NbgradError, for_the_cell
-from .cellstate import unsaved_names
+from .. import api
+from ..engine.run import checks
+from ..errors import InputError, NbgradError, for_the_cell
+from ..engine.run.cellstate import unsaved_names
 from .magic_line import is_expression, split_line
 
 
@@ -112,7 +113,8 @@ class NbgradMagics(Magics):
         """Generate from MODEL with transformers' `generate`, running the cell at every forward call of
         the model (`step` = 0 for the prompt, then one per new token). Saved names hold a list by step."""
         __tracebackhide__ = True
-        from . import comm, generation
+        from . import comm
+        from .. import generation
         head, _, rest = line.strip().partition(" ")
         if not head:
             raise UsageError("usage: %%generate MODEL INPUT [options]; see %%generate?")
@@ -134,8 +136,8 @@ class NbgradMagics(Magics):
         comm.after_cell(self.shell, model, result)
         if not args.quiet:
             from IPython.display import display
-            from .models import tokenizer_for
-            from .views.generation import generation_panel
+            from ..models import tokenizer_for
+            from ..views.generation import generation_panel
             display(generation_panel(result.input_ids, result.output, result.top_next, result.saved,
                                      tokenizer or tokenizer_for(model), f"%%generate {line.strip()}"))
         return None
@@ -153,7 +155,7 @@ class NbgradMagics(Magics):
     def gradflow(self, line):
         """%gradflow MODEL: per-layer gradient norms after a backward pass, vanishing / exploding flagged."""
         from IPython.display import display
-        from .views.gradflow import GradFlow
+        from ..views.gradflow import GradFlow
         name = line.strip()
         display(GradFlow(self._model(name), name))
 
@@ -162,8 +164,8 @@ class NbgradMagics(Magics):
         """%gradgraph EXPR: the autograd graph behind a tensor, leaves named from the namespace."""
         import torch
         from IPython.display import display
-        from .naming import tensor_names
-        from .views.gradgraph import GradGraph
+        from ..errors.naming import tensor_names
+        from ..views.gradgraph import GradGraph
         expression = line.strip()
         value = self._evaluate(expression, "EXPR")
         if not isinstance(value, torch.Tensor):
@@ -187,7 +189,7 @@ class NbgradMagics(Magics):
         """Token attribution for one prediction, shown as a token heatmap; returns the Attribution
         (`a = %attribute ...` keeps it). Same as `nbgrad.attribute`."""
         __tracebackhide__ = True
-        from .attribution.magic import attribute_line
+        from .attribute import attribute_line
         return attribute_line(self, line, self.attribute)
 
     @line_magic
@@ -220,15 +222,15 @@ class NbgradMagics(Magics):
         if quiet or not result.saved and not result.leaf_grads:
             return
         from IPython.display import display
-        from .models import tokenizer_for
-        from .views import panel_for_result
+        from ..models import tokenizer_for
+        from ..views import panel_for_result
         display(panel_for_result(result, tokenizer_for(model) if model is not None else None, title))
 
 
 def _show_graph(graph, title: str) -> None:
     """`--graph`: the hook graph as a picture, its text form beside it (what a terminal prints)."""
     from IPython.display import display
-    from .views.hookgraph import HookGraphPicture
+    from ..views.hookgraph import HookGraphPicture
     display(HookGraphPicture(graph.to_dict(), graph.to_text(), title))
 
 

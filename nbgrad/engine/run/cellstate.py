@@ -7,8 +7,8 @@ import operator
 import torch
 from torch import nn
 
-from .models import parameter_columns
-from .program import RUNTIME_NAME
+from .moduletree import parameter_columns
+from ..compile.program import RUNTIME_NAME
 
 _MISSING = object()
 # Per namespace (by id): names a trace bound to values it did not save, for the NameError hint. Kept

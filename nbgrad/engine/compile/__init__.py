@@ -1,0 +1,1 @@
+"""Cell text -> Program: the AST questions, the rewrite of each statement, the hook graph."""

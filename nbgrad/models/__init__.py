@@ -1,0 +1,7 @@
+"""Models and what feeds them: loading and the tokenizer registry (`loading`), INPUT -> call arguments
+(`inputs`), invokes -> one padded batch (`batching`), a model's vocabulary and position limits (`limits`)."""
+from .loading import (DEFAULT_MODEL_DIR, load_model, models_seen, processor_for, register_tokenizer, remember,
+                      tokenizer_for)
+
+__all__ = ["DEFAULT_MODEL_DIR", "load_model", "models_seen", "processor_for", "register_tokenizer", "remember",
+           "tokenizer_for"]

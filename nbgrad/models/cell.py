@@ -1,0 +1,49 @@
+"""What every driver of the engine (`trace`, `generate`, dataset runs) does before a run: the namespace a
+body runs in, the model to hook (the module inside a `torch.compile`d one) and its tokenizer, and each
+invoke block's INPUT evaluated."""
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from ..engine.run.moduletree import compiled_inner
+from ..errors import InputError
+from . import loading
+
+
+def default_namespace(namespace, model):
+    """The namespace a body runs in: the caller's, or one with `model`, `torch` and `nbgrad`."""
+    if namespace is None:
+        import nbgrad
+        return {"model": model, "torch": torch, "nbgrad": nbgrad}
+    return namespace
+
+
+def model_to_trace(model, tokenizer=None, note: bool = True) -> tuple:
+    """(module to hook, its tokenizer): the eager module inside a `torch.compile`d one, with a one-line note."""
+    inner = compiled_inner(model)
+    if inner is not None:
+        if note:
+            print("nbgrad: tracing the module inside torch.compile (eagerly, with hooks); the compiled "
+                  "version is left as it was", file=sys.stderr)
+        tokenizer = tokenizer or loading.tokenizer_for(model)
+        model = inner
+    loading.remember(model)
+    return model, tokenizer or loading.tokenizer_for(model)
+
+
+def invoke_inputs(program, input, namespace: dict, magic: str = "%%trace") -> list:
+    """Each invoke block's INPUT, evaluated in the namespace."""
+    first = program.invokes[0]
+    if input is not None:
+        raise InputError(f"INPUT on the {magic} line and `with invoke(...)` blocks together: give the inputs in "
+                         f"the invoke blocks only (`{magic} MODEL` with no INPUT)", first.line)
+    values = []
+    for invoke in program.invokes:
+        try:
+            values.append(eval(invoke.code, namespace))
+        except Exception as error:
+            raise InputError(f"invoke INPUT `{invoke.text}` could not be evaluated: {type(error).__name__}: "
+                             f"{error}", invoke.line) from error
+    return values
