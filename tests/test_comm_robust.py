@@ -88,3 +88,17 @@ def test_an_error_reply_names_a_few_unknown_keys_only():
     assert reply["error"].startswith(f"unknown keys: {shown}, ") and reply["error"].endswith(" and 9995 more")
     two = comm.answer({"request": "models", "b": 1, "a": 2}, {})
     assert two == {"error": "unknown keys: a, b"}
+
+
+class _RaisesOnEveryAttribute:
+    """An object in the namespace that raises on `__class__` (and any attribute), as some proxies do."""
+
+    def __getattribute__(self, name):
+        raise RuntimeError(f"no {name} here")
+
+
+def test_an_object_that_raises_on_its_class_is_skipped_and_the_others_listed():
+    namespace = {"odd": _RaisesOnEveryAttribute(), "model": tiny_gpt2()}
+    reply = comm.answer({"request": "models"}, namespace)
+    assert "error" not in reply
+    assert [entry["name"] for entry in reply["models"]] == ["model"]

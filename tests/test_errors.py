@@ -114,6 +114,12 @@ def test_magic_errors(shell, model, ids):
     before = model_state(model)
     with pytest.raises(nbgrad.NbgradError, match="unknown model 'nope'"):
         shell.run_cell_magic("trace", "nope ids", "x = 1")
+    for not_a_name in ("5", "class"):
+        with pytest.raises(nbgrad.NbgradError) as caught:
+            shell.run_cell_magic("trace", f"{not_a_name} ids", "x = 1")
+        assert str(caught.value).startswith(f"unknown model '{not_a_name}': MODEL is the name of a module in the "
+                                            "notebook, such as `model` after `model = nbgrad.load_model()`")
+        assert f"`{not_a_name} =" not in str(caught.value)
     with pytest.raises(nbgrad.InputError, match="missing INPUT"):
         shell.run_cell_magic("trace", "err_model", "x = 1")
     with pytest.raises(nbgrad.InputError, match="INPUT `undefined_thing` could not be evaluated"):

@@ -190,3 +190,9 @@ def test_the_layout_finds_imports(tmp_path):
     assert "engine.run.runtime" in imported_modules(PACKAGE / "api.py")
     assert "errors.diagnose" in imported_modules(PACKAGE / "engine" / "run" / "checks.py")
     assert _imports_ipython(PACKAGE / "notebook" / "magics.py")
+
+
+def test_readme_and_pyproject_ask_for_the_same_python():
+    readme = re.search(r"Python (3\.\d+)\+", (ROOT / "README.md").read_text()).group(1)
+    required = re.search(r'requires-python = ">=(3\.\d+)"', (ROOT / "pyproject.toml").read_text()).group(1)
+    assert readme == required, f"README says Python {readme}+, pyproject.toml >={required}"

@@ -113,3 +113,16 @@ def test_nbgrad_magic_starts_no_process(shell, monkeypatch):
     monkeypatch.setattr(subprocess, "run", refuse)
     monkeypatch.setattr(subprocess, "Popen", refuse)
     shell.run_cell("%nbgrad").raise_error()
+
+
+def test_a_token_made_of_a_space_has_a_visible_label(default_model):
+    tokenizer = nbgrad.tokenizer_for(default_model)
+    result = nbgrad.trace(default_model, "a  b", "logits = model.output.logits.save()\n"
+                                                "h = model.transformer.h[0].output.save()")
+    decoded = [tokenizer.decode([int(i)]) for i in result.input_ids[0]]
+    assert decoded == ["a", " ", " b"]       # the embedded tokenizer's pieces: a lone space in the middle
+    items = {item["name"]: item for item in panel_for_result(result, tokenizer).items}
+    assert items["logits"]["topk"]["positions"] == ["a", "␣", " b"]
+    assert items["h"]["heatmap"]["row_labels"] == ["a", "␣", " b"]
+    html = static_html(panel_for_result(result, tokenizer).payload)
+    assert "<td>␣</td>" in html

@@ -85,7 +85,7 @@ def models_in(namespace: dict) -> list:
     """The tree of each module in the namespace; one that cannot be walked says why instead."""
     models = []
     for name, value in list(namespace.items()):
-        if isinstance(value, nn.Module) and isinstance(name, str) and not name.startswith("_"):
+        if isinstance(name, str) and not name.startswith("_") and _is_module(value):
             try:
                 models.append(module_tree(name, value))
             except Exception as error:
@@ -93,6 +93,15 @@ def models_in(namespace: dict) -> list:
                                "total": 0, "output": None, "grad": None, "children": [],
                                "error": _brief(error)})
     return models
+
+
+def _is_module(value) -> bool:
+    """Whether a namespace value is a module; an object that raises when asked (a proxy whose `__class__`
+    raises, say) is not one, and the other models are still listed."""
+    try:
+        return isinstance(value, nn.Module)
+    except Exception:
+        return False
 
 
 def module_tree(name: str, model: nn.Module) -> dict:

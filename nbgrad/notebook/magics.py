@@ -1,6 +1,8 @@
 """IPython magics: parse the line, call the engine, display. No engine logic here."""
 from __future__ import annotations
 
+import keyword
+
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, kwds, magic_arguments
@@ -202,6 +204,9 @@ class NbgradMagics(Magics):
     def _model(self, name: str):
         from torch import nn
         namespace = self.shell.user_ns
+        if not name.isidentifier() or keyword.iskeyword(name):
+            raise NbgradError(f"unknown model '{name}': MODEL is the name of a module in the notebook, such as "
+                              f"`model` after `model = nbgrad.load_model()`")
         if name not in namespace:
             raise NbgradError(f"unknown model '{name}': no such name in the notebook. Define it first, "
                               f"e.g. `{name} = nbgrad.load_model()`")

@@ -12,6 +12,7 @@ from . import payload as build
 from .gradients import gradient_targets
 from .hookgraph import hook_graph_svg
 from .static import static_html, text_summary
+from .tokens import visible
 
 MIME_TYPE = "application/vnd.nbgrad.panel+json"
 MAX_ITEMS = 24
@@ -63,7 +64,7 @@ def _tokens(result, tokenizer) -> list | None:
     ids = getattr(result, "input_ids", None)
     if ids is None or tokenizer is None:
         return None
-    return [tokenizer.decode([int(i)]) for i in ids.reshape(-1, ids.shape[-1])[0]]
+    return [visible(tokenizer.decode([int(i)])) for i in ids.reshape(-1, ids.shape[-1])[0]]
 
 
 def items_for(name: str, value, *, tokens=None, tokenizer=None, kind="activation", partner=None, note=None):

@@ -11,8 +11,10 @@ LEGEND_STEPS = 11
 
 
 def visible(token: str) -> str:
-    """A token as text that shows what it is: line breaks and tabs as visible marks."""
-    return token.replace("\r", "␍").replace("\n", "↵").replace("\t", "⇥")
+    """A token as text that shows what it is: line breaks and tabs as visible marks, and the spaces of a
+    token made of spaces alone as `␣` (a plain space would be an empty label)."""
+    token = token.replace("\r", "␍").replace("\n", "↵").replace("\t", "⇥")
+    return token.replace(" ", "␣") if token.isspace() else token
 
 
 def legend_html(bound: float, what: str = "hover for its score") -> str:
