@@ -70,3 +70,21 @@ def test_the_widget_carries_the_panel_stylesheet():
     css = (Path(__file__).resolve().parents[1] / "nbgrad" / "views" / "panel.css").read_text()
     assert PanelWidget._css == css and ".nbgrad-panel .nbg-card {" in css
     assert ".nbgrad-panel" not in PanelWidget._esm
+
+
+def test_a_panel_opens_its_comm_only_when_a_layout_takes_it():
+    """Displayed by itself a panel sends its MIME bundle and opens no comm; placed in an ipywidgets layout
+    it is a widget there, its comm opened by the layout, and counted among the session's live widgets."""
+    import ipywidgets
+    import torch
+    from nbgrad.views import live, show
+    live.close_all()
+    alone = show(torch.ones(2, 3), "alone")
+    bundle = alone._repr_mimebundle_()
+    assert alone.comm is None and "application/vnd.jupyter.widget-view+json" not in bundle
+    inside = show(torch.ones(2, 3), "inside")
+    box = ipywidgets.VBox([ipywidgets.IntSlider(), inside])
+    assert inside.comm is not None and box.get_state()["children"][1] == f"IPY_MODEL_{inside.model_id}"
+    assert inside.payload["items"][0]["name"] == "inside" and live.live_count() == 1
+    live.close_all()
+    box.close()

@@ -13,6 +13,7 @@ from .gradients import gradient_targets
 from .hookgraph import hook_graph_svg
 from .static import static_html, text_summary
 from .tokens import visible
+from .widget import PanelWidget
 
 MIME_TYPE = "application/vnd.nbgrad.panel+json"
 MAX_ITEMS = 24
@@ -20,21 +21,36 @@ MAX_ITEMS = 24
 __all__ = ["MIME_TYPE", "Panel", "panel_for_result", "show", "static_html", "text_summary"]
 
 
-class Panel:
-    """What a cell shows. `_repr_mimebundle_` gives every front end something to draw."""
+class Panel(PanelWidget):
+    """What a cell shows. `_repr_mimebundle_` gives every front end something to draw.
+
+    A panel is also a widget, so it can stand in an ipywidgets layout (`VBox([slider, nbgrad.show(x)])`).
+    ipywidgets opens a comm for every widget it builds; a panel opens one only when a layout asks for its
+    model id, so a panel displayed by itself sends its MIME bundle and nothing else."""
 
     def __init__(self, items: list, title: str = "", notes: list | None = None, graph: str | None = None):
-        self.payload = {"nbgrad": 1, "title": title, "notes": notes or [], "items": items,
-                        "palettes": build.palettes()}
+        payload = {"nbgrad": 1, "title": title, "notes": notes or [], "items": items,
+                   "palettes": build.palettes()}
         if graph:
-            self.payload["graph"] = graph       # the hook graph of the run, an SVG data URI
+            payload["graph"] = graph       # the hook graph of the run, an SVG data URI
+        super().__init__(payload=payload)
+
+    def open(self):
+        """Called by ipywidgets when the widget is built: the comm waits until a layout needs it."""
+
+    @property
+    def model_id(self):
+        if self.comm is None:
+            PanelWidget.open(self)
+            live.track(self)
+        return self.comm.comm_id
 
     @property
     def items(self) -> list:
         return self.payload["items"]
 
     def widget(self):
-        from .widget import PanelWidget
+        """A live widget of this panel, displayed as the widget alone (no MIME bundle of nbgrad's)."""
         return PanelWidget(payload=self.payload)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
