@@ -1,4 +1,8 @@
-"""The error family of nbgrad, and the mapping from generated code back to cell lines."""
+"""The error family of nbgrad, and the mapping from generated code back to cell lines.
+
+Why a folder: every room raises these and names tensors and modules the way a user wrote them (`naming`),
+and what to say about a failure (`diagnose`, `hints`) is one vocabulary; it sits below everything and
+imports nothing else of nbgrad."""
 from __future__ import annotations
 
 import linecache
