@@ -89,24 +89,30 @@ def with_trace(model, ids, block: int) -> dict:
     return nbgrad.trace(model, ids, PEAK_CELL.format(block=block)).saved
 
 
-def peak_bytes(run, model, ids, block: int) -> int:
-    """Peak tensor memory allocated by `run` above what was allocated before it (parameter grads unset)."""
+def peak_of(fn, device_type: str) -> int:
+    """Peak tensor memory that `fn()` allocates above what was allocated before it, in bytes: the CUDA
+    caching allocator's peak on a GPU, else the running sum of the CPU profiler's allocation events."""
     import torch
-    model.zero_grad(set_to_none=True)
-    if ids.device.type == "cuda":
+    if device_type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-        kept = run(model, ids, block)
+        fn()
         torch.cuda.synchronize()
-        peak = torch.cuda.max_memory_allocated() - base
-    else:
-        from torch.profiler import ProfilerActivity, profile
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-            kept = run(model, ids, block)
-        events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
-                        key=lambda e: e.start_ns())
-        peak = max(itertools.accumulate(e.nbytes() for e in events), default=0)
+        return torch.cuda.max_memory_allocated() - base
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+                    key=lambda e: e.start_ns())
+    return max(itertools.accumulate(e.nbytes() for e in events), default=0)
+
+
+def peak_bytes(run, model, ids, block: int) -> int:
+    """Peak tensor memory allocated by `run` above what was allocated before it (parameter grads unset)."""
+    model.zero_grad(set_to_none=True)
+    kept = {}
+    peak = peak_of(lambda: kept.update(run(model, ids, block)), ids.device.type)
     assert kept["h"].shape == kept["g"].shape
     return peak
 

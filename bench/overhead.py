@@ -14,6 +14,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 import nbgrad
+from memory import peak_of
 
 
 def raw_save_one(model, ids):
@@ -126,6 +127,12 @@ def ratio(nbgrad_fn, raw_fn, runs: int) -> tuple:
     return ours_median / raw_median, ours_median, raw_median
 
 
+def memory_ratio(nbgrad_fn, raw_fn, device_type: str = "cpu") -> float:
+    """Peak tensor memory of one nbgrad run over one raw-hook run (after the timing's warm-up)."""
+    ours, raw = peak_of(nbgrad_fn, device_type), peak_of(raw_fn, device_type)
+    return ours / raw if raw else float("nan")
+
+
 def magic_scenario(model, ids, runs: int) -> tuple:
     """(d): `%%trace -q` in an IPython shell vs a cell doing the same with raw hooks."""
     from IPython.core.interactiveshell import InteractiveShell
@@ -152,16 +159,20 @@ def run_all(name, model, ids, runs, with_grad=True, tokenizer=None):
     if with_grad:
         scenarios["(e) one block's gradient"] = (lambda: (nbgrad.trace(model, ids, GRAD_ONE), zero()),
                                                  lambda: (raw_grad_one(model, ids), zero()))
-    print(f"\n{name}  (ids {tuple(ids.shape)}, {runs} runs each, median)")
-    rows = {}
+    print(f"\n{name}  (ids {tuple(ids.shape)}, {runs} runs each, median; fixed cost = nbgrad - raw per cell; "
+          f"memory = peak tensor memory of one run, nbgrad / raw)")
+    rows, memory = {}, {}
     for label, (ours, raw) in scenarios.items():
         rows[label] = ratio(ours, raw, runs)
+        memory[label] = memory_ratio(ours, raw, ids.device.type)
     rows["(d) (a) through %%trace -q"] = magic_scenario(model, ids, runs)
     tokenizer = tokenizer or nbgrad.tokenizer_for(model)
     if tokenizer is not None:
         rows["(f) two invokes with a patch"] = invoke_scenario(model, runs, tokenizer)
     for label, (r, ours, raw) in rows.items():
-        print(f"  {label:34s} {r:5.3f}x   nbgrad {ours * 1e3:7.3f} ms   raw hooks {raw * 1e3:7.3f} ms")
+        peak = f"   memory {memory[label]:5.3f}x" if label in memory else ""
+        print(f"  {label:34s} {r:5.3f}x   fixed {(ours - raw) * 1e6:+7.0f} us   nbgrad {ours * 1e3:7.3f} ms   "
+              f"raw hooks {raw * 1e3:7.3f} ms{peak}")
     return rows
 
 

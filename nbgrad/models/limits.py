@@ -34,8 +34,27 @@ def check_token_ids(ids, model: nn.Module) -> None:
     """Token ids past the vocabulary or more positions than the model has: say which limit."""
     if ids is None or ids.numel() == 0 or ids.is_floating_point() or ids.device.type == "meta":
         return
+    low, high = _id_range(ids)
+    check_token_range(low, high, ids.shape[-1], model)
+
+
+# The smallest and largest id of the last few id tensors, while each is unchanged (same version): a cell
+# run again on the same `ids` reads them without a tensor operation, which costs more, cold, after the
+# model's forward pass, than the rest of a one-read cell's checks together.
+_ranges: dict = {}
+_RANGES_KEPT = 8
+
+
+def _id_range(ids: torch.Tensor) -> tuple:
+    kept = _ranges.get(id(ids))
+    if kept is not None and kept[0]() is ids and kept[1] == ids._version:
+        return kept[2]
     low, high = torch.aminmax(ids)
-    check_token_range(int(low), int(high), ids.shape[-1], model)
+    found = (int(low), int(high))
+    if len(_ranges) >= _RANGES_KEPT:
+        _ranges.pop(next(iter(_ranges)))
+    _ranges[id(ids)] = (weakref.ref(ids), ids._version, found)
+    return found
 
 
 def check_token_range(low: int, high: int, length: int, model: nn.Module) -> None:

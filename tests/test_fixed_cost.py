@@ -1,0 +1,82 @@
+"""The fixed cost of a cell, counted rather than timed: how many Python calls into nbgrad a one-read cell
+makes, and how many tensor operations nbgrad adds to the model's own. A change that makes the common cell
+do more shows up here, in `make test`, not only in `bench/overhead.py`."""
+import collections
+import os
+import sys
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import nbgrad
+from nbgrad.errors import CELL_FILENAME_PREFIX
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(nbgrad.__file__)) + os.sep
+ONE_READ = "hs = model.transformer.h[-1].output.save()"
+# What a one-read cell costs today (88 calls, generator resumptions included; 0 tensor operations of
+# nbgrad's own), with a little room. Raise a budget only with a reason in the commit message.
+CALL_BUDGET = 92
+TENSOR_OP_BUDGET = 0
+
+
+def _nbgrad_calls(run) -> collections.Counter:
+    calls = collections.Counter()
+
+    def profile(frame, event, arg):
+        if event == "call":
+            filename = frame.f_code.co_filename
+            if filename.startswith(PACKAGE_DIR) or filename.startswith(CELL_FILENAME_PREFIX):
+                calls[(os.path.basename(filename), frame.f_code.co_name)] += 1
+    sys.setprofile(profile)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+class _CountOps(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[str(func)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _ops(run) -> collections.Counter:
+    with _CountOps() as counter:
+        run()
+    return counter.ops
+
+
+def test_a_one_read_cell_makes_few_python_calls_into_nbgrad(default_model):
+    ids = nbgrad.tokenizer_for(default_model)("The capital of France is", return_tensors="pt")["input_ids"]
+    run = lambda: nbgrad.trace(default_model, ids, ONE_READ)       # noqa: E731
+    for _ in range(3):
+        run()           # compiled once, caches warm: the steady state a notebook sees
+    calls = _nbgrad_calls(run)
+    total = sum(calls.values())
+    assert total <= CALL_BUDGET, f"{total} calls into nbgrad (budget {CALL_BUDGET}): {calls.most_common(12)}"
+    assert calls[("api.py", "trace")] == 1      # the count sees nbgrad's own frames
+
+
+def test_a_one_read_cell_adds_no_tensor_operation(default_model):
+    ids = nbgrad.tokenizer_for(default_model)("The capital of France is", return_tensors="pt")["input_ids"]
+    nbgrad.trace(default_model, ids, ONE_READ)
+    raw = _ops(lambda: default_model(ids))
+    traced = _ops(lambda: nbgrad.trace(default_model, ids, ONE_READ))
+    extra = traced - raw
+    assert sum(extra.values()) <= TENSOR_OP_BUDGET, f"nbgrad added tensor operations: {dict(extra)}"
+    assert sum(raw.values()) > 50      # the counter sees the model's own operations
+
+
+def test_ids_edited_in_place_between_cells_are_checked_again(default_model):
+    ids = nbgrad.tokenizer_for(default_model)("The capital of France is", return_tensors="pt")["input_ids"]
+    nbgrad.trace(default_model, ids, ONE_READ)
+    nbgrad.trace(default_model, ids, ONE_READ)         # the second run reads the kept id range
+    ids[0, 1] = 10 ** 6
+    with pytest.raises(nbgrad.InputError, match="INPUT has token id 1000000, outside the model's vocabulary"):
+        nbgrad.trace(default_model, ids, ONE_READ)
