@@ -19,6 +19,11 @@ INPUT_HELP = ("INPUT may be a string or a list of strings (tokenized; a list is 
 
 def call_arguments(value, model: nn.Module, tokenizer=None) -> tuple:
     """(args, kwargs) for `model(*args, **kwargs)`, tensors moved to `input_device(model)`."""
+    if type(value) is torch.Tensor and value.numel() and not value.is_floating_point():
+        # The common case of a loop of cells on the same ids, in as few calls as it takes.
+        check_token_ids(value, model)
+        device = input_device(model)
+        return ((value if device is None or value.device == device else value.to(device)),), {}
     if _is_image(value) or (isinstance(value, list) and value and all(map(_is_image, value))):
         value = _processed(value, model)
     args, kwargs = _arguments(value, tokenizer)
