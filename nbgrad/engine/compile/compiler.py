@@ -16,6 +16,7 @@ from .cellast import (MODULE_EVENTS, calls_nothing, can_pause_in, generator_func
 from .dataflow import (add_dependencies, augmented_names, bound_names, grad_only_names, read_names, stored_names,
                        written_events)
 from ...errors import NbgradError, register_cell_source
+from .loops import is_module_iterable
 from .graph import BackwardPass, EventUse, HookGraph, Node
 from .program import TEMP_PREFIX, CompiledNode, Invoke, Program, Target
 from .rewrite import Rewriter
@@ -117,7 +118,7 @@ class _Builder:
             container = target.value
         else:
             return
-        if is_path(container):
+        if is_module_iterable(container):
             self.grad_targets.append(Target(kind, self._text(container), self._eval_code(container),
                                             every_element=True, pass_index=pass_index))
 
@@ -213,7 +214,7 @@ class _Builder:
             if use.kind == "grad" or (use.kind, use.target) in seen:
                 continue
             seen.add((use.kind, use.target))
-            if looped and is_path(target, free):     # `[block.output for block in model.transformer.h]`
+            if looped and is_module_iterable(target, free):  # `[b.output for b in reversed(model.transformer.h)]`
                 targets.append(Target(use.kind, self._text(target), self._eval_code(target), every_element=True))
             elif is_path(target, free):
                 targets.append(Target(use.kind, use.target, self._eval_code(target), uses=same[use.kind, use.target]))

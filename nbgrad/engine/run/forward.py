@@ -1,6 +1,8 @@
 """Forward events: what a module was called with and what it returned, read and replaced from hooks."""
 from __future__ import annotations
 
+from collections.abc import Iterator, MappingView
+
 import torch
 from torch import nn
 
@@ -165,10 +167,13 @@ class ForwardEvents:
 
 
 def elements(container) -> list:
-    """What a Target with `every_element` names: the elements of a list, tuple or dict, or the modules of a
-    ModuleList, Sequential or ModuleDict (never the rows of a tensor)."""
+    """What a Target with `every_element` names: the elements of a list, tuple or dict, the modules of a
+    ModuleList, Sequential or ModuleDict, or what a listing such as `reversed(...)` or `named_modules()`
+    yields, with the module taken out of each `(name, module)` pair (never the rows of a tensor)."""
     if isinstance(container, (dict, nn.ModuleDict)):
         return list(container.values())
-    if isinstance(container, (list, tuple, nn.ModuleList, nn.Sequential)):
-        return list(container)
-    return []
+    if isinstance(container, (list, tuple, nn.ModuleList, nn.Sequential, Iterator, MappingView)):
+        items = list(container)
+    else:
+        return []
+    return [part for item in items for part in (item if type(item) is tuple else (item,))]
