@@ -10,6 +10,7 @@ from .engine.run import checks
 from .engine.run.result import Result
 from .engine.run.rows import InvokeRows
 from .engine.run.runtime import Runtime, active_runtime
+from .errors import NbgradError
 from .errors.naming import tensor_names
 from .models.batching import batch_invokes
 from .models.cell import default_namespace, invoke_inputs, model_to_trace
@@ -63,6 +64,25 @@ def backward(loss: torch.Tensor, source: str = "", namespace: dict | None = None
         if id(leaf) in held:
             result.accumulated.add(name)
     return result
+
+
+_CACHE_CELL = "nbgrad_cache = cache(nbgrad_modules, grads=nbgrad_grads, device=nbgrad_device, dtype=nbgrad_dtype)\n" \
+              "nbgrad_output = model.output.save()\n"
+
+
+def run_with_cache(model: nn.Module, input, modules="*", *, grads: bool = False, loss=None, device=None,
+                   dtype=None) -> tuple:
+    """`(output, Cache)`: one run of `model` on `input` with every module matching `modules` cached (see
+    `cache(...)`). With `grads=True`, `loss(output)` is the scalar backpropagated; the Cache holds the
+    gradient into each cached output, and parameters' `.grad` accumulate as in PyTorch."""
+    if grads and not callable(loss):
+        raise NbgradError("run_with_cache(..., grads=True) needs loss=: a function of the model's output that "
+                          "returns the scalar to backpropagate (e.g. `lambda out: out.logits[0, -1].max()`)")
+    namespace = {"model": model, "nbgrad_modules": modules, "nbgrad_grads": grads, "nbgrad_device": device,
+                 "nbgrad_dtype": dtype, "nbgrad_loss": loss}
+    source = _CACHE_CELL + ("nbgrad_loss(nbgrad_output).backward()\n" if grads else "")
+    trace(model, input, source, namespace)
+    return namespace["nbgrad_output"], namespace["nbgrad_cache"]
 
 
 def save(value):

@@ -60,6 +60,7 @@ class _Builder:
         self.invokes: list = []          # Invoke blocks, in source order
         self.twins: set = set()          # names of functions the cell defines whose direct calls can pause
         self.twin_defs: set = set()      # ids of their `def` statements
+        self.cell_bound: set = set()     # every name the cell binds (a `cache` of its own is not nbgrad's)
 
     def build(self, body: list) -> Program:
         plain = calls_nothing(body)          # before the statements are rewritten
@@ -74,6 +75,7 @@ class _Builder:
             if not is_backward_block(stmt):
                 names, mutated = bound_names(stmt)
                 all_bound |= names | mutated
+        self.cell_bound = all_bound
         stored_anywhere = set().union(*(stored_names(stmt) for stmt, _, _ in flat))
         free = frozenset().union(*(read_names(stmt) for stmt, _, _ in flat)) - all_bound - stored_anywhere
         nodes = [self._compile_node(index, *entry) for index, entry in enumerate(flat)]

@@ -26,6 +26,8 @@ class ForwardEvents:
         self.tuple_reads: dict = {}      # use id -> (use, length) of reads that returned a tuple, for hints
         self.last_replacement = None     # (use, shape before, shape after) of the latest replaced value
         self.requested: set = set()      # use ids that a statement has waited on (so their module is hooked)
+        self.sinks: dict = {}            # event key -> callbacks that get each value (a cache(...) of the cell)
+        self.cache_only: set = set()     # event keys only a copying cache watches: no value kept for statements
 
     # --- requests -------------------------------------------------------------------------------
 
@@ -117,8 +119,19 @@ class ForwardEvents:
                 if isinstance(module, nn.Module):
                     self.hook(module, target.kind)
 
-    def hook(self, module: nn.Module, kind: str) -> bool:
+    def watch(self, module: nn.Module, kind: str, callback, drop_values: bool = False,
+              prepend: bool = False) -> None:
+        """Call `callback(value)` at every firing of an event (for `cache(...)`); with `drop_values`, the run
+        keeps no value of its own for it unless a statement asks for the event too."""
+        key = (id(module), kind)
+        if self.hook(module, kind, prepend=prepend, for_statement=False) and drop_values:
+            self.cache_only.add(key)
+        self.sinks.setdefault(key, []).append(callback)
+
+    def hook(self, module: nn.Module, kind: str, prepend: bool = False, for_statement: bool = True) -> bool:
         """Hook one event of a module; True when the hook is new."""
+        if for_statement and self.cache_only:
+            self.cache_only.discard((id(module), kind))
         if (id(module), "input" if kind == "inputs" else kind) in self.runtime.hooks:
             return False
         if kind == "output":
@@ -126,13 +139,13 @@ class ForwardEvents:
 
             def on_output(mod, args, output):
                 return self._on_event(key, output)
-            return self.runtime.hooks.add(key, lambda: module.register_forward_hook(on_output))
+            return self.runtime.hooks.add(key, lambda: module.register_forward_hook(on_output, prepend=prepend))
         module_id = id(module)
 
         def on_input(mod, args, kwargs):
             return self._on_input(module_id, args, kwargs)
-        return self.runtime.hooks.add((module_id, "input"),
-                                      lambda: module.register_forward_pre_hook(on_input, with_kwargs=True))
+        return self.runtime.hooks.add((module_id, "input"), lambda: module.register_forward_pre_hook(
+            on_input, with_kwargs=True, prepend=prepend))
 
     def _on_event(self, key, value):
         if self.runtime.scheduler.in_statement:
@@ -146,6 +159,11 @@ class ForwardEvents:
         new = self.values[key]
         if isinstance(new, torch.Tensor):
             self.runtime.shapes[key] = tuple(new.shape)
+        if self.sinks and key in self.sinks:
+            for callback in self.sinks[key]:
+                callback(new)
+            if key in self.cache_only:
+                del self.values[key]      # the cache keeps its own copy: the run need not hold this one
         return new if new is not value else None
 
     def _on_input(self, module_id, args, kwargs):

@@ -25,6 +25,7 @@ from .hookset import HookSet
 from ..compile.program import Backward, GradRead, GradWrite, Program, Read, Write
 from .result import Result, SavedValues, grad_pairs
 from .scheduler import Scheduler
+from .caching import start_cache
 
 _local = threading.local()          # per thread: the runtimes now running, innermost last
 _tracing: dict = {}                 # id(model) -> id of the thread whose runs trace it
@@ -67,12 +68,17 @@ class Runtime:
                                    Backward: self.gradients.backward}
         self.scheduler.phase = self._phase
         self.state = None                # CellState, once the run has taken its snapshot
+        self.recorders: list = []        # the cell's cache(..., grads=True) recorders, hooked at each pass
         self._exited = False
 
     def save(self, value, line=None, label=None):
         """`x.save()` in the cell: keep x after it."""
         current = self.scheduler.current
         return self.saved.save(value, line, label, current.node.spec.invoke if current is not None else None)
+
+    def cache(self, line, *args, **kwargs):
+        """`cache(...)` in the cell (see caching.py)."""
+        return start_cache(self, line, *args, **kwargs)
 
     # --- entry points ---------------------------------------------------------------------------
 
@@ -172,7 +178,8 @@ class Runtime:
         if self in runtimes:
             runtimes.remove(self)
         self._release_model()
-        for store in (self.forward.values, self.gradients.grads, self.gradients.sources, self.gradients.hooked):
+        for store in (self.forward.values, self.gradients.grads, self.gradients.sources, self.gradients.hooked,
+                      self.forward.sinks, self.recorders):
             store.clear()
         if self.rows is not None:
             self.rows.clear()
