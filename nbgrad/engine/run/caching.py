@@ -47,7 +47,7 @@ def _check_when(runtime, line: int, grads: bool) -> None:
 def matching_modules(model: nn.Module, modules, line: int) -> list:
     """[(path, module)] in model order for a glob, a path, a module, or a list of them."""
     named = list(model.named_modules())
-    wanted = [modules] if isinstance(modules, (str, nn.Module)) else list(modules)
+    wanted = list(modules) if isinstance(modules, (list, tuple, set)) else [modules]
     chosen = set()
     for item in wanted:
         if isinstance(item, nn.Module):
