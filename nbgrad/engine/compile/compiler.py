@@ -76,11 +76,14 @@ class _Builder:
                 names, mutated = bound_names(stmt)
                 all_bound |= names | mutated
         self.cell_bound = all_bound
+        stopping = [index for index, (stmt, _, _) in enumerate(flat) if self._calls_stop(stmt)]   # before rewriting
         stored_anywhere = set().union(*(stored_names(stmt) for stmt, _, _ in flat))
         free = frozenset().union(*(read_names(stmt) for stmt, _, _ in flat)) - all_bound - stored_anywhere
         nodes = [self._compile_node(index, *entry) for index, entry in enumerate(flat)]
         specs = [node.spec for node in nodes]
         add_dependencies(specs)
+        for index in stopping:     # "stop here": once what the cell asked for above has run
+            specs[index].deps = tuple(range(index))
         graph = HookGraph(nodes=specs, passes=self.passes)
         bound = frozenset(n for n in all_bound if not n.startswith(TEMP_PREFIX))
         return Program(self.source, self.mode, self.filename, graph, nodes, self.uses,
@@ -206,6 +209,12 @@ class _Builder:
                     mutated=frozenset((mutated - names) | augmented), grad_reads=frozenset(grad_reads),
                     events=tuple(self.uses[first_use:]), block=block, starts_passes=starts, invoke=invoke)
         return CompiledNode(spec, code)
+
+    def _calls_stop(self, stmt: ast.stmt) -> bool:
+        """Whether a statement calls `stop()` (nbgrad's: the cell binds no `stop` of its own)."""
+        return "stop" not in self.cell_bound and any(
+            isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "stop"
+            for n in walk_cell_level(stmt))
 
     def _forward_targets(self, free: frozenset) -> list:
         """Module events whose module the runtime can find before the run: hooked before the model starts."""

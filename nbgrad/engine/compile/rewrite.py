@@ -11,7 +11,7 @@ from .program import RUNTIME_NAME, TEMP_PREFIX
 
 
 TWIN_ATTR = "__nbgrad_twin__"
-RUNTIME_CALLS = ("cache",)      # names every body has, answered by the running Runtime (`cache(...)`)
+RUNTIME_CALLS = ("cache", "stop")   # names every body has, answered by the running Runtime
 
 
 def request(kind: str, *parts: ast.expr) -> ast.Yield:

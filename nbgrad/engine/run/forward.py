@@ -10,6 +10,7 @@ from ...errors import diagnose
 from ...errors import hints
 from ...errors import OrderError
 from .moduletree import compiled_inner
+from .stopping import StopRun, never_came_after_stop
 
 
 class ForwardEvents:
@@ -69,6 +70,9 @@ class ForwardEvents:
         return self._wait_for(module, key, task, request, use)
 
     def _wait_for(self, module, key, task, request, use):
+        if self.done and self.runtime.stopped_at is not None:
+            raise never_came_after_stop(use, diagnose.module_path(self.runtime.model, module) or use.target,
+                                        self.runtime.stopped_at)
         if self.done:
             raise OrderError(diagnose.never_ran(use, module, self.runtime.model, after_forward=True), use.line)
         if self.hook(module, use.kind) and self.model_running:
@@ -99,6 +103,9 @@ class ForwardEvents:
         """The error for a statement still waiting on this event when the cell ends."""
         use = self.uses[request.use]
         module = self.resolve(request.module, request.use)
+        if self.runtime.stopped_at is not None:
+            return never_came_after_stop(use, diagnose.module_path(self.runtime.model, module) or use.target,
+                                         self.runtime.stopped_at)
         late = (id(module), use.kind) in self.late_hooks
         return OrderError(diagnose.never_ran(use, module, self.runtime.model, after_forward=False, late=late),
                           use.line)
@@ -164,6 +171,8 @@ class ForwardEvents:
                 callback(new)
             if key in self.cache_only:
                 del self.values[key]      # the cache keeps its own copy: the run need not hold this one
+        if self.runtime.stopped_at is not None and self.model_running:
+            raise StopRun                 # stop() ran in this event's statements: no later module runs
         return new if new is not value else None
 
     def _on_input(self, module_id, args, kwargs):
