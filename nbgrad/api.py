@@ -6,6 +6,7 @@ from torch import nn
 
 from . import models
 from .engine.compile.compiler import compile_cell
+from .engine.compile.helpers import compile_with_helpers
 from .engine.run import checks
 from .engine.run.result import Result
 from .engine.run.rows import InvokeRows
@@ -24,7 +25,7 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
     """Run `source` (the body of a `%%trace` cell) on `model` called with `input` (None when the source
     holds `with invoke(INPUT):` blocks)."""
     checks.trace_arguments(model, namespace)
-    program = compile_cell(source, "trace")
+    program = compile_with_helpers(source, "trace", namespace)
     if graph:
         return Result(saved={}, graph=program.graph)
     namespace = default_namespace(namespace, model)

@@ -7,6 +7,7 @@ that pass. Names bound by a node are declared `global`, so they land in the cell
 from __future__ import annotations
 
 import ast
+import builtins
 import textwrap
 import types
 from functools import lru_cache
@@ -25,8 +26,9 @@ _serial = 0
 
 
 @lru_cache(maxsize=256)
-def compile_cell(source: str, mode: str = "trace") -> Program:
-    """Compile (cached by text): the same cell run again pays no compile cost."""
+def compile_cell(source: str, mode: str = "trace", helpers: tuple = ()) -> Program:
+    """Compile (cached by text): the same cell run again pays no compile cost. `helpers`: (name, source)
+    of functions defined in earlier cells that the cell calls directly and that read events (helpers.py)."""
     global _serial
     source = textwrap.dedent(source)
     _serial += 1
@@ -37,14 +39,15 @@ def compile_cell(source: str, mode: str = "trace") -> Program:
     except SyntaxError as error:
         error.filename = filename
         raise
-    return _Builder(source, mode, filename).build(module.body)
+    return _Builder(source, mode, filename, helpers).build(module.body)
 
 
 class _Builder:
     """Walks the cell once: finds its backward passes, compiles each statement, records every event use."""
 
-    def __init__(self, source: str, mode: str, filename: str):
+    def __init__(self, source: str, mode: str, filename: str, helpers: tuple = ()):
         self.source = source
+        self.helpers = {name: ast.parse(text).body[0] for name, text in helpers}   # name -> its `def`
         self.mode = mode
         self.filename = filename
         self.uses: list = []             # EventUse by use id
@@ -76,9 +79,13 @@ class _Builder:
                 names, mutated = bound_names(stmt)
                 all_bound |= names | mutated
         self.cell_bound = all_bound
+        called = {n.func.id for stmt, _, _ in flat for n in walk_cell_level(stmt)
+                  if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        called_names = frozenset(called - all_bound - set(dir(builtins)) - {"invoke", "cache", "stop"})
         stopping = [index for index, (stmt, _, _) in enumerate(flat) if self._calls_stop(stmt)]   # before rewriting
         stored_anywhere = set().union(*(stored_names(stmt) for stmt, _, _ in flat))
         free = frozenset().union(*(read_names(stmt) for stmt, _, _ in flat)) - all_bound - stored_anywhere
+        free |= self._helper_globals() - all_bound
         nodes = [self._compile_node(index, *entry) for index, entry in enumerate(flat)]
         specs = [node.spec for node in nodes]
         add_dependencies(specs)
@@ -88,7 +95,7 @@ class _Builder:
         bound = frozenset(n for n in all_bound if not n.startswith(TEMP_PREFIX))
         return Program(self.source, self.mode, self.filename, graph, nodes, self.uses,
                        forward_targets=self._forward_targets(free), grad_targets=self.grad_targets,
-                       bound_names=bound, invokes=self.invokes, calls_nothing=plain)
+                       bound_names=bound, invokes=self.invokes, calls_nothing=plain, called_names=called_names)
 
     # --- event uses and backward passes ---------------------------------------------------------
 
@@ -209,6 +216,16 @@ class _Builder:
                     mutated=frozenset((mutated - names) | augmented), grad_reads=frozenset(grad_reads),
                     events=tuple(self.uses[first_use:]), block=block, starts_passes=starts, invoke=invoke)
         return CompiledNode(spec, code)
+
+    def _helper_globals(self) -> frozenset:
+        """Names the helpers from earlier cells read from the namespace (not their arguments or locals)."""
+        found = set()
+        for definition in self.helpers.values():
+            local = {a.arg for a in ast.walk(definition.args) if isinstance(a, ast.arg)}
+            for stmt in definition.body:
+                local |= bound_names(stmt)[0] | stored_names(stmt)
+            found |= read_names(definition) - local
+        return frozenset(found)
 
     def _calls_stop(self, stmt: ast.stmt) -> bool:
         """Whether a statement calls `stop()` (nbgrad's: the cell binds no `stop` of its own)."""
