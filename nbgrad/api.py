@@ -8,6 +8,7 @@ from . import models
 from .engine.compile.compiler import compile_cell
 from .engine.compile.helpers import compile_with_helpers
 from .engine.run import checks
+from .engine.run.cache import Cache
 from .engine.run.result import Result
 from .engine.run.rows import InvokeRows
 from .engine.run.runtime import Runtime, active_runtime
@@ -93,7 +94,10 @@ def save(value):
 
 
 def show(value, name: str = "", model=None, tokenizer=None):
-    """The inline panel for a tensor, or a dict / list of tensors (what `%show` displays)."""
+    """The inline panel for a tensor, or a dict / list of tensors (what `%show` displays); a Cache's panel."""
+    if isinstance(value, Cache):
+        from .views.cache import CachePanel
+        return CachePanel(value.summary(), title=name)
     from .views import show as build
     if tokenizer is None and model is not None:
         tokenizer = models.tokenizer_for(model)

@@ -225,3 +225,33 @@ if model.transformer.h[1].output is not None:
 model.output.logits.sum().backward()
 """, {"model": tiny})
     assert_clean(tiny, before)
+
+
+def test_the_cache_panel_has_a_row_per_module_and_the_memory(shell, tiny):
+    ns = {"model": tiny}
+    nbgrad.trace(tiny, IDS, "c = cache('transformer.h.?', grads=True)\nmodel.output.logits[0, -1].max().backward()",
+                 ns)
+    tiny.zero_grad()
+    c = ns["c"]
+    panel = nbgrad.show(c, name="c")
+    bundle = panel._repr_mimebundle_()
+    summary = c.summary()
+    assert [row["path"] for row in summary["rows"]] == [p for path in c for p in (path, f"{path} grad×act")]
+    outputs, _, grads, _ = hooked(tiny, IDS, list(c), loss=lambda out: out.logits[0, -1].max())
+    tiny.zero_grad()
+    norms = outputs["transformer.h.2"][0].norm(dim=-1)
+    assert torch.allclose(torch.tensor(summary["rows"][4]["values"]), norms, atol=1e-5)
+    signed = (outputs["transformer.h.2"][0] * grads["transformer.h.2"][0]).sum(-1)
+    assert torch.allclose(torch.tensor(summary["rows"][5]["values"]), signed, atol=1e-5)
+    assert bundle["text/html"].count("<tr>") == 1 + len(summary["rows"])
+    assert "blue = negative" in bundle["text/html"]          # the diverging legend of the gradient rows
+    assert f"{c.nbytes / 1024:.1f} KB" in bundle["text/plain"] and "transformer.h.3" in bundle["text/plain"]
+
+
+def test_a_cell_shows_the_cache_panel(shell, tiny):
+    from nbgrad.notebook.magics import split_caches
+    shell.user_ns.update(model=tiny, ids=IDS)
+    result = nbgrad.trace(tiny, IDS, "c = cache('lm_head')\nx = model.lm_head.output.save()", shell.user_ns)
+    rest, panels = split_caches(result)
+    assert list(rest.saved) == ["x"] and list(result.saved) == ["c", "x"]
+    assert len(panels) == 1 and "lm_head" in panels[0].text()

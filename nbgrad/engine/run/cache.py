@@ -124,10 +124,45 @@ class Cache(Mapping):
             raise NbgradError(f"Cache: no cached path matches {paths!r} (cached: {_few(self._outputs)})")
         return chosen
 
+    def summary(self, max_positions: int = 64) -> dict:
+        """Plain data for the Cache panel: per cached module the norm of its output at each position (batch
+        row 0), and where gradients were cached, gradient × activation summed at each position (signed)."""
+        rows = []
+        grads = self._grads if self.options.get("grads") else {}
+        for path, value in self._outputs.items():
+            for call, output in enumerate(value if isinstance(value, Calls) else [value]):
+                label = path or "(model)"
+                label += f" #{call}" if isinstance(value, Calls) else ""
+                tensor = main_tensor(output)
+                if tensor is None:
+                    continue
+                rows.append({"path": label, "shape": list(tensor.shape), "signed": False,
+                             "values": _per_position(tensor, None, max_positions)})
+                grad = grads.get(path)
+                grad = grad[call] if isinstance(grad, list) else grad
+                if isinstance(grad, torch.Tensor) and grad.shape == tensor.shape:
+                    rows.append({"path": f"{label} grad×act", "shape": list(grad.shape), "signed": True,
+                                 "values": _per_position(tensor, grad, max_positions)})
+        return {"rows": rows, "nbytes": self.nbytes, "modules": len(self)}
+
     def __repr__(self):
         extra = [name for name in ("inputs", "grads") if self.options.get(name)]
         return (f"Cache({len(self)} modules{' with ' + ' and '.join(extra) if extra else ''}, "
                 f"{_human(self.nbytes)}: {_few(self._outputs)})")
+
+
+def _per_position(tensor: torch.Tensor, grad, max_positions: int) -> list:
+    """Batch row 0 with the axis after the batch as positions (the last `max_positions`): the norm over the
+    other axes, or with `grad` the sum of gradient × activation."""
+    with torch.no_grad():
+        value = tensor.detach().float().cpu()
+        if grad is not None:
+            value = value * grad.detach().float().cpu()
+        value = value[0] if value.dim() >= 2 else value.reshape(1, -1)
+        value = value.reshape(value.shape[0], -1) if value.dim() >= 2 else value.reshape(1, -1)
+        value = value[-max_positions:]
+        reduced = value.sum(dim=1) if grad is not None else value.norm(dim=1)
+    return [float(v) for v in reduced]
 
 
 def _canonical(path: str) -> str:
