@@ -4,6 +4,7 @@ tensor when a backward pass of the cell starts."""
 from __future__ import annotations
 
 import difflib
+import weakref
 import fnmatch
 from collections.abc import Mapping
 
@@ -82,6 +83,7 @@ class CacheRecorder:
         self.device, self.dtype = device, dtype
         self.copies = device is not None or dtype is not None
         self.live: list = []             # (path, call index, tensor) of each output, for its gradient
+        self.copied: dict = {}           # id(tensor) -> (weak reference to it, its copy)
 
     def watch(self, path: str, module: nn.Module, kind: str) -> None:
         store = self.cache._outputs if kind == "output" else self.cache._inputs
@@ -103,6 +105,16 @@ class CacheRecorder:
         return _map_tensors(value, self._copy_tensor)
 
     def _copy_tensor(self, tensor: torch.Tensor) -> torch.Tensor:
+        """One copy per tensor: a tensor cached under two paths (a dropout in eval mode returns its input,
+        `lm_head`'s output is the model's logits) is copied once."""
+        known = self.copied.get(id(tensor))
+        if known is not None and known[0]() is tensor:
+            return known[1]
+        copied = self._fresh_copy(tensor)
+        self.copied[id(tensor)] = (weakref.ref(tensor), copied)
+        return copied
+
+    def _fresh_copy(self, tensor: torch.Tensor) -> torch.Tensor:
         dtype = self.dtype if tensor.is_floating_point() else None
         return tensor.detach().to(device=self.device, dtype=dtype, copy=True)
 
@@ -117,7 +129,8 @@ class CacheRecorder:
             hooks.replace(("cache grad", id(self), path, index), _grad_registration(tensor, on_grad))
 
     def _put_grad(self, path: str, index: int, grad: torch.Tensor) -> None:
-        value = self._copy_tensor(grad) if self.copies else grad
+        # always a fresh copy: autograd may hand the next hook the same buffer, added to in place
+        value = self._fresh_copy(grad) if self.copies else grad
         outputs, grads = self.cache._outputs, self.cache._grads
         if isinstance(outputs.get(path), Calls):
             slots = grads.setdefault(path, [None] * len(outputs[path]))
