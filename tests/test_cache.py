@@ -255,3 +255,23 @@ def test_a_cell_shows_the_cache_panel(shell, tiny):
     rest, panels = split_caches(result)
     assert list(rest.saved) == ["x"] and list(result.saved) == ["c", "x"]
     assert len(panels) == 1 and "lm_head" in panels[0].text()
+
+
+def test_a_cache_inside_an_invoke_holds_its_rows(default_model):
+    ns = {"model": default_model}
+    nbgrad.trace(default_model, None, """
+with invoke("The Eiffel Tower is in the city of"):
+    c = cache("transformer.h.1", grads=True)
+with invoke("The Colosseum is in"):
+    other = model.transformer.h[1].output.save()
+model.output.logits[:, -1].max(-1).values.sum().backward()
+""", ns)
+    default_model.zero_grad()
+    alone, _, grads, _ = hooked(default_model, nbgrad.tokenizer_for(default_model)(
+        "The Eiffel Tower is in the city of", return_tensors="pt")["input_ids"], ["transformer.h.1"],
+        loss=lambda out: out.logits[:, -1].max(-1).values.sum())
+    default_model.zero_grad()
+    c = ns["c"]
+    assert c["transformer.h.1"].shape == alone["transformer.h.1"].shape       # one row: its own, not the batch
+    assert torch.allclose(c["transformer.h.1"], alone["transformer.h.1"], atol=1e-4)
+    assert torch.allclose(c.grads["transformer.h.1"], grads["transformer.h.1"], atol=1e-4)

@@ -84,6 +84,9 @@ class CacheRecorder:
         self.copies = device is not None or dtype is not None
         self.live: list = []             # (path, call index, tensor) of each output, for its gradient
         self.copied: dict = {}           # id(tensor) -> (weak reference to it, its copy)
+        current = runtime.scheduler.current
+        # inside `with invoke(...)`: that invoke's rows of every value, as its other statements see them
+        self.invoke = current.node.spec.invoke if current is not None and runtime.rows is not None else None
 
     def watch(self, path: str, module: nn.Module, kind: str) -> None:
         store = self.cache._outputs if kind == "output" else self.cache._inputs
@@ -94,6 +97,8 @@ class CacheRecorder:
                 tensor = main_tensor(value)
                 if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
                     self.live.append((path, _calls(store, path), tensor))
+            if self.invoke is not None:
+                value = self.runtime.rows.view(value, self.invoke)
             _put(store, path, self.copy(value))
         self.runtime.forward.watch(module, kind, arrived, drop_values=self.copies,
                                    prepend=module is self.runtime.model)
@@ -129,6 +134,8 @@ class CacheRecorder:
             hooks.replace(("cache grad", id(self), path, index), _grad_registration(tensor, on_grad))
 
     def _put_grad(self, path: str, index: int, grad: torch.Tensor) -> None:
+        if self.invoke is not None:
+            grad = self.runtime.rows.view(grad, self.invoke)
         # always a fresh copy: autograd may hand the next hook the same buffer, added to in place
         value = self._fresh_copy(grad) if self.copies else grad
         outputs, grads = self.cache._outputs, self.cache._grads
