@@ -126,6 +126,11 @@ def test_stack_in_forward_order(tiny):
         c.stack(["transformer.h.0", "transformer.h.0.attn.c_attn"])
     with pytest.raises(nbgrad.NbgradError, match="no cached path matches"):
         c.stack("decoder.*")
+    ns = {"model": tiny}
+    nbgrad.trace(tiny, IDS, "blocks = cache(model.transformer.h)\nmodules = cache(model.transformer.h[1].children())", ns)
+    assert list(ns["blocks"]) == blocks and torch.equal(ns["blocks"].stack(), expected)
+    assert list(ns["modules"]) == ["transformer.h.1.ln_1", "transformer.h.1.attn", "transformer.h.1.ln_2",
+                                   "transformer.h.1.mlp"]
 
 
 def test_a_module_called_several_times_maps_to_its_list():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import weakref
 import fnmatch
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import torch
 from torch import nn
@@ -48,7 +48,10 @@ def _check_when(runtime, line: int, grads: bool) -> None:
 def matching_modules(model: nn.Module, modules, line: int) -> list:
     """[(path, module)] in model order for a glob, a path, a module, or a list of them."""
     named = list(model.named_modules())
-    wanted = list(modules) if isinstance(modules, (list, tuple, set)) else [modules]
+    if isinstance(modules, nn.ModuleDict):
+        modules = list(modules.values())
+    # a ModuleList never runs itself: it stands for its modules, as a list of them does
+    wanted = list(modules) if isinstance(modules, (list, tuple, set, nn.ModuleList, Iterator)) else [modules]
     chosen = set()
     for item in wanted:
         if isinstance(item, nn.Module):
