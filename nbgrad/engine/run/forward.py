@@ -29,6 +29,7 @@ class ForwardEvents:
         self.requested: set = set()      # use ids that a statement has waited on (so their module is hooked)
         self.sinks: dict = {}            # event key -> callbacks that get each value (a cache(...) of the cell)
         self.cache_only: set = set()     # event keys only a copying cache watches: no value kept for statements
+        self.stopping = False            # a statement called stop(): the next event ends the model run
 
     # --- requests -------------------------------------------------------------------------------
 
@@ -171,7 +172,7 @@ class ForwardEvents:
                 callback(new)
             if key in self.cache_only:
                 del self.values[key]      # the cache keeps its own copy: the run need not hold this one
-        if self.runtime.stopped_at is not None and self.model_running:
+        if self.stopping and self.model_running:
             raise StopRun                 # stop() ran in this event's statements: no later module runs
         return new if new is not value else None
 

@@ -18,6 +18,7 @@ def request_stop(runtime, line: int) -> None:
                           "--max-new-tokens, or %%trace the prompt to stop inside one forward call", line)
     if not runtime.forward.done and runtime.stopped_at is None:
         runtime.stopped_at = line
+        runtime.forward.stopping = True
 
 
 def never_came_after_stop(use, module_text: str, stop_line: int) -> OrderError:
