@@ -6,6 +6,8 @@ import torch
 import nbgrad
 from helpers import assert_clean, model_state
 
+IDS_TEXT = "The Eiffel Tower is in"
+
 
 def hooked_outputs(model, ids, names, edit=None):
     """Every named module's output with plain forward hooks (after `edit(name, output)`), and the logits."""
@@ -153,3 +155,40 @@ for b in reversed(model.transformer.h):
     b.output[:] = 0
 """)
     assert_clean(tiny, before)
+
+
+def count_hooks(monkeypatch):
+    """The modules nbgrad hooks in a run, counted at the one place that registers forward hooks."""
+    from nbgrad.engine.run.forward import ForwardEvents
+    hooked, original = [], ForwardEvents.hook
+
+    def hook(self, module, kind, **options):
+        new = original(self, module, kind, **options)
+        if new:
+            hooked.append(module)
+        return new
+    monkeypatch.setattr(ForwardEvents, "hook", hook)
+    return hooked
+
+
+def test_a_loop_condition_hooks_only_the_modules_it_keeps(default_model, monkeypatch):
+    hooked = count_hooks(monkeypatch)
+    ns = {"model": default_model}
+    nbgrad.trace(default_model, IDS_TEXT, """
+d = {n: m.output.save() for n, m in model.named_modules() if n in ("transformer", "transformer.h.0")}
+for name, module in model.named_modules():
+    if name.startswith("transformer.h.1.mlp."):
+        last = module.output.save()
+""", ns)
+    modules = dict(default_model.named_modules())
+    assert set(map(id, hooked)) == {id(modules[n]) for n in ("transformer", "transformer.h.0")} | {
+        id(m) for n, m in modules.items() if n.startswith("transformer.h.1.mlp.")}
+    assert list(ns["d"]) == ["transformer", "transformer.h.0"]
+
+
+def test_a_condition_nbgrad_cannot_judge_early_hooks_every_module(default_model, monkeypatch):
+    hooked = count_hooks(monkeypatch)
+    ns = {"model": default_model, "wanted": lambda name: name == "transformer"}
+    nbgrad.trace(default_model, IDS_TEXT, "d = {n: m.output.save() for n, m in model.named_modules() if wanted(n)}",
+                 ns)
+    assert len(hooked) > 40 and list(ns["d"]) == ["transformer"]

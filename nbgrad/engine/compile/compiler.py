@@ -17,7 +17,7 @@ from .cellast import (MODULE_EVENTS, calls_nothing, can_pause_in, generator_func
 from .dataflow import (add_dependencies, augmented_names, bound_names, grad_only_names, read_names, stored_names,
                        written_events)
 from ...errors import NbgradError, register_cell_source
-from .loops import is_module_iterable
+from .loops import is_module_iterable, loop_filters
 from .graph import BackwardPass, EventUse, HookGraph, Node
 from .program import TEMP_PREFIX, CompiledNode, Invoke, Program, Target
 from .rewrite import Rewriter
@@ -58,6 +58,9 @@ class _Builder:
         self.pass_column: dict = {}      # pass index -> column of its backward call
         self.current_block: int | None = None
         self.loop_sources: dict = {}     # loop variable of the statement being compiled -> its container
+        self.loop_filters: dict = {}     # loop variable -> code of its loop's condition on one element
+        self.use_filter: list = []       # that code for each use through a loop variable, or None
+        self.free: frozenset = frozenset()
         self.grad_targets: list = []
         self._temps = 0
         self.invokes: list = []          # Invoke blocks, in source order
@@ -86,6 +89,7 @@ class _Builder:
         stored_anywhere = set().union(*(stored_names(stmt) for stmt, _, _ in flat))
         free = frozenset().union(*(read_names(stmt) for stmt, _, _ in flat)) - all_bound - stored_anywhere
         free |= self._helper_globals() - all_bound
+        self.free = free
         nodes = [self._compile_node(index, *entry) for index, entry in enumerate(flat)]
         specs = [node.spec for node in nodes]
         add_dependencies(specs)
@@ -105,6 +109,7 @@ class _Builder:
         looped = isinstance(target, ast.Name) and target.id in self.loop_sources
         self.use_ast.append(self.loop_sources[target.id] if looped else target)
         self.use_looped.append(looped)
+        self.use_filter.append(self.loop_filters.get(target.id) if looped else None)
         if kind == "grad":
             self._grad_target(target)
         return len(self.uses) - 1
@@ -190,6 +195,7 @@ class _Builder:
     def _compile_node(self, index: int, stmt: ast.stmt, block, invoke) -> CompiledNode:
         self.current_block = block
         self.loop_sources = loop_sources(stmt)
+        self.loop_filters = loop_filters(stmt, self.free, walk_cell_level)
         first_use = len(self.uses)
         line_text = self.source.splitlines()[stmt.lineno - 1].strip()
         if is_backward_block(stmt):
@@ -238,12 +244,13 @@ class _Builder:
         targets, seen, same = [], set(), {}
         for index, use in enumerate(self.uses):
             same[use.kind, use.target] = same.get((use.kind, use.target), frozenset()) | {index}
-        for use, target, looped in zip(self.uses, self.use_ast, self.use_looped):
-            if use.kind == "grad" or (use.kind, use.target) in seen:
+        for use, target, looped, keep in zip(self.uses, self.use_ast, self.use_looped, self.use_filter):
+            if use.kind == "grad" or (use.kind, use.target, keep) in seen:
                 continue
-            seen.add((use.kind, use.target))
+            seen.add((use.kind, use.target, keep))
             if looped and is_module_iterable(target, free):  # `[b.output for b in reversed(model.transformer.h)]`
-                targets.append(Target(use.kind, self._text(target), self._eval_code(target), every_element=True))
+                targets.append(Target(use.kind, self._text(target), self._eval_code(target), every_element=True,
+                                      keep=keep))
             elif is_path(target, free):
                 targets.append(Target(use.kind, use.target, self._eval_code(target), uses=same[use.kind, use.target]))
             elif isinstance(target, ast.Subscript) and is_path(target.value, free):

@@ -41,3 +41,68 @@ def _is_constant(node: ast.expr) -> bool:
 def _constant_keywords(call: ast.Call) -> bool:
     return all(k.arg is not None and _is_constant(k.value) for k in call.keywords)
 
+
+
+# What a loop's condition may use and still be evaluated early, for each element, with no side effect.
+_PURE = (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Constant, ast.Name, ast.Tuple, ast.List, ast.Set, ast.Attribute,
+         ast.Subscript, ast.Slice, ast.Call, ast.expr_context, ast.cmpop, ast.boolop, ast.unaryop)
+_PURE_CALLS = frozenset({"startswith", "endswith", "isinstance", "len"})
+
+
+def loop_filters(stmt: ast.AST, free: frozenset, walk) -> dict:
+    """Loop variable -> the code of `keep(element)`, the loop's condition on one element of its iterable,
+    where that condition reads only the loop's own variables and names the cell does not bind (and calls
+    nothing but `startswith`, `endswith`, `isinstance`, `len`): only the modules it keeps are hooked ahead.
+    `[... for n, m in model.named_modules() if n in ("transformer", "transformer.h.0")]` hooks two."""
+    found, loops_of = {}, {}
+    for node in walk(stmt):
+        if isinstance(node, (ast.comprehension, ast.For)):
+            for name in {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}:
+                loops_of[name] = loops_of.get(name, 0) + 1
+        if isinstance(node, ast.comprehension):
+            target, conditions = node.target, node.ifs
+        elif isinstance(node, ast.For) and len(node.body) == 1 and isinstance(node.body[0], ast.If) \
+                and not node.body[0].orelse:
+            target, conditions = node.target, [node.body[0].test]
+        else:
+            continue
+        own = {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+        if conditions and all(_is_pure(c, own | free) for c in conditions):
+            code = _keep_code(target, conditions)
+            found.update({name: code for name in own})
+    # a name two loops of the statement use: which loop a use belongs to is not known here, so no filter
+    return {name: code for name, code in found.items() if loops_of.get(name) == 1}
+
+
+def _is_pure(condition: ast.expr, names: set) -> bool:
+    for node in ast.walk(condition):
+        if not isinstance(node, _PURE):
+            return False
+        if isinstance(node, ast.Name) and node.id not in names:
+            return False
+        if isinstance(node, ast.Attribute) and node.attr in ("output", "input", "inputs", "grad"):
+            return False
+        if isinstance(node, ast.Call):
+            callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+            if callee not in _PURE_CALLS or node.keywords:
+                return False
+    return True
+
+
+def _keep_code(target: ast.expr, conditions: list):
+    """The code of `def keep(element): TARGET = element; return COND and ...`."""
+    import copy
+    element = ast.Name(id="__nbgrad_element", ctx=ast.Load())
+    body = [ast.Assign(targets=[copy.deepcopy(target)], value=element),
+            ast.Return(value=ast.BoolOp(op=ast.And(), values=[copy.deepcopy(c) for c in conditions])
+                       if len(conditions) > 1 else copy.deepcopy(conditions[0]))]
+    arguments = ast.arguments(posonlyargs=[], args=[ast.arg(arg="__nbgrad_element")], vararg=None, kwonlyargs=[],
+                              kw_defaults=[], kwarg=None, defaults=[])
+    function = ast.FunctionDef(name="keep", args=arguments, body=body, decorator_list=[], returns=None,
+                               type_params=[])
+    module = ast.Module(body=[function], type_ignores=[])
+    for node in ast.walk(module):
+        if "lineno" in node._attributes:
+            node.lineno, node.col_offset, node.end_lineno, node.end_col_offset = 1, 0, 1, 0
+    code = compile(module, "<nbgrad loop filter>", "exec")
+    return next(c for c in code.co_consts if hasattr(c, "co_code"))

@@ -74,6 +74,7 @@ class Target:
     every_element: bool = False   # hook every element of the container the expression names
     pass_index: int | None = None  # for gradient targets: the backward pass they belong to
     uses: frozenset = frozenset()  # the event uses it stands for (a module target that is a plain path)
+    keep: types.CodeType | None = None   # a loop's condition on one element: hook only the elements it keeps
 
 
 @dataclass(frozen=True)

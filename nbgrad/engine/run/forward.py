@@ -1,6 +1,7 @@
 """Forward events: what a module was called with and what it returned, read and replaced from hooks."""
 from __future__ import annotations
 
+import types
 from collections.abc import Iterator, MappingView
 
 import torch
@@ -123,6 +124,8 @@ class ForwardEvents:
                 found = eval(target.code, namespace)
             except Exception:
                 continue      # the statement itself will report it, on its own line
+            if target.keep is not None and not isinstance(found, (dict, nn.ModuleDict)):
+                found = kept_elements(found, types.FunctionType(target.keep, namespace))
             for module in (elements(found) if target.every_element else (found,)):
                 if isinstance(module, nn.Module):
                     self.hook(module, target.kind)
@@ -192,6 +195,21 @@ class ForwardEvents:
         if new_pair is None and new_first is None:
             return None
         return tuple(args), kwargs
+
+
+def kept_elements(container, keep):
+    """The elements of an iterable that a loop's condition keeps (an element it cannot judge is kept)."""
+    if not isinstance(container, (list, tuple, nn.ModuleList, nn.Sequential, Iterator, MappingView)):
+        return container
+    kept = []
+    for item in container:
+        try:
+            wanted = keep(item)
+        except Exception:
+            wanted = True
+        if wanted:
+            kept.append(item)
+    return kept
 
 
 def elements(container) -> list:
