@@ -257,9 +257,11 @@ def test_a_cell_shows_the_cache_panel(shell, tiny):
     from nbgrad.notebook.magics import split_caches
     shell.user_ns.update(model=tiny, ids=IDS)
     result = nbgrad.trace(tiny, IDS, "c = cache('lm_head')\nx = model.lm_head.output.save()", shell.user_ns)
-    rest, panels = split_caches(result)
+    rest, panels = split_caches(result, nbgrad.tokenizer_for(tiny))
     assert list(rest.saved) == ["x"] and list(result.saved) == ["c", "x"]
     assert len(panels) == 1 and "lm_head" in panels[0].text()
+    assert panels[0].tokens is None          # the tiny model has no tokenizer: positions are numbered
+    assert "<th" in panels[0].html() and ">4</th>" in panels[0].html()
 
 
 def test_a_cache_inside_an_invoke_holds_its_rows(default_model):

@@ -11,13 +11,16 @@ import numpy as np
 from .palette import SEQUENTIAL, diverging_rgb
 from .tokens import legend_html, visible
 
-MAX_ROWS = 160
+MAX_CELLS = 8192       # cells in the HTML (about 70 bytes each): a panel stays well under Jupyter's 1 MB/s
+ROW_HEAD = "text-align:right;font-weight:normal;font-family:monospace;font-size:10px;padding-right:4px"
 
 
 class CachePanel:
     def __init__(self, summary: dict, title: str = "", tokens: list | None = None):
-        self.rows = summary["rows"][:MAX_ROWS]
-        self.hidden_rows = max(0, len(summary["rows"]) - MAX_ROWS)
+        width = max((len(row["values"]) for row in summary["rows"]), default=1) or 1
+        shown = max(1, MAX_CELLS // width)
+        self.rows = summary["rows"][:shown]
+        self.hidden_rows = max(0, len(summary["rows"]) - shown)
         self.nbytes, self.modules = summary["nbytes"], summary["modules"]
         self.title, self.tokens = title, tokens
 
@@ -52,12 +55,9 @@ class CachePanel:
     def _row(self, row: dict, top: float, bound: float) -> str:
         values = row["values"]
         colours = diverging_rgb(values, bound) if row["signed"] else _sequential(values, top)
-        style = "min-width:16px;height:14px;padding:0"
-        cells = "".join(f'<td title="{html.escape(row["path"])} @ {index}: {value:.4g}" '
-                        f'style="{style};background-color:rgb{rgb}"></td>'
-                        for index, (value, rgb) in enumerate(zip(values, colours)))
-        return (f'<tr><th style="text-align:right;font-weight:normal;font-family:monospace;font-size:10px;'
-                f'padding-right:4px">{html.escape(row["path"])}</th>{cells}</tr>')
+        cells = "".join(f'<td title="{index}: {value:.4g}" style="background:#{r:02x}{g:02x}{b:02x};width:14px;'
+                        f'height:12px;padding:0"></td>' for index, (value, (r, g, b)) in enumerate(zip(values, colours)))
+        return f'<tr><th style="{ROW_HEAD}">{html.escape(row["path"])}</th>{cells}</tr>'
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         return {"text/html": self.html(), "text/plain": self.text()}
