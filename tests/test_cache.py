@@ -121,6 +121,9 @@ def test_stack_in_forward_order(tiny):
     blocks = [f"transformer.h.{i}" for i in range(4)]
     expected = torch.stack([outputs[p] for p in blocks])
     assert torch.equal(c.stack("transformer.h.?"), expected)
+    assert c["model.transformer.h[2]"] is c["transformer.h.2"]            # a path as the cell writes it
+    with pytest.raises(KeyError, match="the run called no cached module of that path"):
+        c["transformer.h.9"]
     assert torch.equal(c.stack(blocks[::-1]), expected)      # forward order, whatever order is asked
     with pytest.raises(nbgrad.NbgradError, match="different shapes"):
         c.stack(["transformer.h.0", "transformer.h.0.attn.c_attn"])

@@ -54,6 +54,8 @@ class Cache(Mapping):
         try:
             return self._outputs[path]
         except KeyError:
+            if isinstance(path, str) and _canonical(path) in self._outputs:    # `model.transformer.h[3]`
+                return self._outputs[_canonical(path)]
             raise KeyError(f"{path!r} is not in the cache: the run called no cached module of that path "
                            f"(cached: {_few(self._outputs)})") from None
 
