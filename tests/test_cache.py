@@ -148,10 +148,25 @@ def test_a_module_called_several_times_maps_to_its_list():
             return self.layer(self.layer(x))
     model, x = Twice(), torch.randn(2, 3)
     ns = {"model": model}
-    nbgrad.trace(model, x, "c = cache('layer')", ns)
-    first = model.layer(x)
-    assert isinstance(ns["c"]["layer"], list) and len(ns["c"]["layer"]) == 2
-    assert torch.allclose(ns["c"]["layer"][0], first) and torch.allclose(ns["c"]["layer"][1], model.layer(first))
+    nbgrad.trace(model, x, "c = cache('layer', grads=True)\n(model.output ** 2).sum().backward()", ns)
+    model.zero_grad()
+    calls, grads = [], {}
+
+    def keep(module, args, output):
+        index = len(calls)
+        calls.append(output)
+        output.register_hook(lambda grad: grads.__setitem__(index, grad))
+    handle = model.layer.register_forward_hook(keep)
+    try:
+        (model(x) ** 2).sum().backward()
+    finally:
+        handle.remove()
+    model.zero_grad()
+    c = ns["c"]
+    assert isinstance(c["layer"], list) and len(c["layer"]) == 2 and len(c.grads["layer"]) == 2
+    for index in range(2):
+        assert torch.allclose(c["layer"][index], calls[index])
+        assert torch.allclose(c.grads["layer"][index], grads[index])
 
 
 def test_the_cache_holds_the_edited_value(tiny):
