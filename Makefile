@@ -61,6 +61,7 @@ bench: install
 	$(PY) bench/panels.py
 	$(PY) bench/widgets.py
 	$(PY) bench/attribution.py
+	$(PY) bench/cache.py
 
 # The fuzz test with many random cells, and an interrupt at every line nbgrad runs (minutes).
 fuzz: install

@@ -1,14 +1,16 @@
 """nbgrad: see and change activations and gradients inside PyTorch models, from a notebook."""
-from .api import backward, save, show, trace
+from .api import backward, run_with_cache, save, show, trace
 from .attribution import Attribution, attribute, attribution_patching
 from .errors import GradError, InputError, ModulePathError, NbgradError, OrderError
 from .generation import GenerationResult, generate
 from .models import load_model, processor_for, tokenizer_for
 from .engine.run.result import Result
+from .engine.run.cache import Cache
 
 __version__ = "0.1.0"
 
 __all__ = ["load_model", "tokenizer_for", "processor_for", "trace", "backward", "generate", "save", "show", "Result",
+           "Cache", "run_with_cache",
            "GenerationResult", "attribute", "attribution_patching", "Attribution", "NbgradError", "GradError",
            "InputError", "ModulePathError", "OrderError", "__version__"]
 

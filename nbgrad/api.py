@@ -6,10 +6,13 @@ from torch import nn
 
 from . import models
 from .engine.compile.compiler import compile_cell
+from .engine.compile.helpers import compile_with_helpers
 from .engine.run import checks
+from .engine.run.cache import Cache
 from .engine.run.result import Result
 from .engine.run.rows import InvokeRows
 from .engine.run.runtime import Runtime, active_runtime
+from .errors import NbgradError
 from .errors.naming import tensor_names
 from .models.batching import batch_invokes
 from .models.cell import default_namespace, invoke_inputs, model_to_trace
@@ -23,7 +26,7 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
     """Run `source` (the body of a `%%trace` cell) on `model` called with `input` (None when the source
     holds `with invoke(INPUT):` blocks)."""
     checks.trace_arguments(model, namespace)
-    program = compile_cell(source, "trace")
+    program = compile_with_helpers(source, "trace", namespace)
     if graph:
         return Result(saved={}, graph=program.graph)
     namespace = default_namespace(namespace, model)
@@ -65,6 +68,25 @@ def backward(loss: torch.Tensor, source: str = "", namespace: dict | None = None
     return result
 
 
+_CACHE_CELL = "nbgrad_cache = cache(nbgrad_modules, grads=nbgrad_grads, device=nbgrad_device, dtype=nbgrad_dtype)\n" \
+              "nbgrad_output = model.output.save()\n"
+
+
+def run_with_cache(model: nn.Module, input, modules="*", *, grads: bool = False, loss=None, device=None,
+                   dtype=None) -> tuple:
+    """`(output, Cache)`: one run of `model` on `input` with every module matching `modules` cached (see
+    `cache(...)`). With `grads=True`, `loss(output)` is the scalar backpropagated; the Cache holds the
+    gradient into each cached output, and parameters' `.grad` accumulate as in PyTorch."""
+    if grads and not callable(loss):
+        raise NbgradError("run_with_cache(..., grads=True) needs loss=: a function of the model's output that "
+                          "returns the scalar to backpropagate (e.g. `lambda out: out.logits[0, -1].max()`)")
+    namespace = {"model": model, "nbgrad_modules": modules, "nbgrad_grads": grads, "nbgrad_device": device,
+                 "nbgrad_dtype": dtype, "nbgrad_loss": loss}
+    source = _CACHE_CELL + ("nbgrad_loss(nbgrad_output).backward()\n" if grads else "")
+    trace(model, input, source, namespace)
+    return namespace["nbgrad_output"], namespace["nbgrad_cache"]
+
+
 def save(value):
     """`nbgrad.save(x)`: keep x after the cell (same as `x.save()`); returns x."""
     runtime = active_runtime()
@@ -72,7 +94,10 @@ def save(value):
 
 
 def show(value, name: str = "", model=None, tokenizer=None):
-    """The inline panel for a tensor, or a dict / list of tensors (what `%show` displays)."""
+    """The inline panel for a tensor, or a dict / list of tensors (what `%show` displays); a Cache's panel."""
+    if isinstance(value, Cache):
+        from .views.cache import CachePanel
+        return CachePanel(value.summary(), title=name)
     from .views import show as build
     if tokenizer is None and model is not None:
         tokenizer = models.tokenizer_for(model)

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from . import models
-from .engine.compile.compiler import compile_cell
+from .engine.compile.helpers import compile_with_helpers
 from .engine.run.moduletree import compiled_inner
 from .engine.run.result import Result
 from .engine.run.rows import InvokeRows
@@ -44,7 +44,7 @@ def generate(model: nn.Module, input, source: str, namespace: dict | None = None
              sample: bool = False, out: str | None = None, kwargs: dict | None = None, tokenizer=None,
              graph: bool = False, quiet: bool = True) -> GenerationResult:
     """Run `source` (the body of a `%%generate` cell) at every forward call of `model.generate(input)`."""
-    program = compile_cell(source, "trace")
+    program = compile_with_helpers(source, "trace", namespace)
     if graph:
         return GenerationResult(saved={}, graph=program.graph)
     namespace = default_namespace(namespace, model)

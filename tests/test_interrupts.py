@@ -29,13 +29,17 @@ CELLS = {
     "backward": ("hs = model.transformer.h[0].output\n"
                  "with model.output.logits.sum().backward():\n"
                  "    g = hs.grad.save()\n"),
+    "cache": ("c = cache(grads=True, dtype=torch.float16)\n"
+              "outs = [b.output.save() for b in reversed(model.transformer.h)]\n"
+              "model.output.logits.sum().backward()\n"),
+    "stop": "hs = model.transformer.h[0].output.save()\nstop()\n",
 }
 CHECK = ("after = model.transformer.h[0].output.save()\n"
          "model.transformer.h[1].output[:, 0] = 0\n"
          "with model.output.logits.sum().backward():\n"
          "    after_grad = after.grad.save()\n")
 IDS = torch.tensor([[5, 9, 2, 7]])
-CELL_NAMES = ("hs", "logits", "g", "after", "after_grad")      # what the cells above bind
+CELL_NAMES = ("hs", "logits", "g", "after", "after_grad", "c", "outs")      # what the cells above bind
 
 
 def plain_check(model):

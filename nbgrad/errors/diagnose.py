@@ -77,16 +77,19 @@ def _apply(parent, step: ast.expr, namespace: dict):
 
 def never_ran(use, module, model, after_forward: bool, late: bool = False) -> str:
     target = f"{use.target}.{use.kind}"
-    if model is not None and isinstance(module, nn.Module) and module_path(model, module) is None:
+    path = module_path(model, module) if model is not None and isinstance(module, nn.Module) else use.target
+    if path is None:
         return f"{target}: {use.target} ({type(module).__name__}) is not part of the traced model"
+    # a loop variable or a computed path: say which module it was
+    who = use.target if path == use.target else f"{use.target} ({path}, a {type(module).__name__})"
     if after_forward:
         return (f"{target} was asked for after the model had finished its forward pass, and "
-                f"{use.target} did not run after that: read it earlier, or save it")
+                f"{who} did not run after that: read it earlier, or save it")
     if late:
         return (f"{target} never came: the statement asked for it only while the model was already running, "
-                f"after {use.target} had (most likely) run. nbgrad could not tell ahead of time which module "
+                f"after {who} had (most likely) run. nbgrad could not tell ahead of time which module "
                 f"this expression names; write the path with constants, or read the modules in forward order")
-    return f"{target} never came: {use.target} never ran during this call of the model"
+    return f"{target} never came: {who} never ran during this call of the model"
 
 
 def too_late(use, cause) -> str:

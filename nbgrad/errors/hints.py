@@ -33,9 +33,9 @@ def _event_outside_the_cell(error) -> str | None:
     if found is None or getattr(error, "obj", None) is not None and not isinstance(error.obj, nn.Module):
         return None
     return (f"`.{found.group(2)}` of a module is an event that only a %%trace cell's own statements can read, "
-            f"with the functions the cell defines at its top level and calls directly. This one was read inside "
-            f"a function called some other way (defined in an earlier cell, or passed to map or a library): "
-            f"read it in the cell and pass the value to the function")
+            f"with the plain functions (defined at the top level of this cell or an earlier one) that the cell "
+            f"calls directly. This one was read inside a function called some other way (passed to map or a "
+            f"library, or called by another function): read it in the cell and pass the value to the function")
 
 
 def _tuple_as_tensor(error, tuple_reads: dict) -> str | None:

@@ -229,7 +229,27 @@ class NbgradMagics(Magics):
         from IPython.display import display
         from ..models import tokenizer_for
         from ..views import panel_for_result
-        display(panel_for_result(result, tokenizer_for(model) if model is not None else None, title))
+        tokenizer = tokenizer_for(model) if model is not None else None
+        result, caches = split_caches(result, tokenizer)
+        if result.saved or result.leaf_grads:
+            display(panel_for_result(result, tokenizer, title))
+        for panel in caches:
+            display(panel)
+
+
+def split_caches(result, tokenizer=None) -> tuple:
+    """(the result without its Caches, a panel for each Cache the cell bound): a Cache has a panel of its own."""
+    import dataclasses
+    from ..engine.run.cache import Cache
+    from ..views.cache import CachePanel
+    caches = {name: value for name, value in result.saved.items() if isinstance(value, Cache)}
+    if not caches:
+        return result, []
+    rest = dataclasses.replace(result, saved={n: v for n, v in result.saved.items() if n not in caches})
+    ids, tokens = getattr(result, "input_ids", None), None
+    if ids is not None and tokenizer is not None and len(result.invokes or ()) <= 1:
+        tokens = [tokenizer.decode([int(i)]) for i in ids.reshape(-1, ids.shape[-1])[0]]
+    return rest, [CachePanel(cache.summary(), title=name, tokens=tokens) for name, cache in caches.items()]
 
 
 def _show_graph(graph, title: str) -> None:

@@ -164,9 +164,12 @@ def loop_sources(stmt: ast.AST) -> dict:
 def _unpacked(target: ast.expr, iterable: ast.expr) -> dict:
     if isinstance(target, ast.Name):
         return {target.id: iterable}
-    if not (isinstance(target, ast.Tuple) and isinstance(iterable, ast.Call)
-            and isinstance(iterable.func, ast.Name) and not iterable.keywords):
+    if not isinstance(target, ast.Tuple):
         return {}
+    if not (isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) and not iterable.keywords
+            and iterable.func.id in ("enumerate", "zip")):
+        # `for name, module in model.named_modules()`: each name takes its values from the pairs
+        return {n.id: iterable for n in ast.walk(target) if isinstance(n, ast.Name)}
     if iterable.func.id == "enumerate" and len(target.elts) == 2 and len(iterable.args) >= 1:
         return _unpacked(target.elts[1], iterable.args[0])
     if iterable.func.id == "zip" and len(target.elts) == len(iterable.args):

@@ -7,6 +7,7 @@ that pass. Names bound by a node are declared `global`, so they land in the cell
 from __future__ import annotations
 
 import ast
+import builtins
 import textwrap
 import types
 from functools import lru_cache
@@ -16,6 +17,7 @@ from .cellast import (MODULE_EVENTS, calls_nothing, can_pause_in, generator_func
 from .dataflow import (add_dependencies, augmented_names, bound_names, grad_only_names, read_names, stored_names,
                        written_events)
 from ...errors import NbgradError, register_cell_source
+from .loops import is_module_iterable, loop_filters
 from .graph import BackwardPass, EventUse, HookGraph, Node
 from .program import TEMP_PREFIX, CompiledNode, Invoke, Program, Target
 from .rewrite import Rewriter
@@ -24,8 +26,9 @@ _serial = 0
 
 
 @lru_cache(maxsize=256)
-def compile_cell(source: str, mode: str = "trace") -> Program:
-    """Compile (cached by text): the same cell run again pays no compile cost."""
+def compile_cell(source: str, mode: str = "trace", helpers: tuple = ()) -> Program:
+    """Compile (cached by text): the same cell run again pays no compile cost. `helpers`: (name, source)
+    of functions defined in earlier cells that the cell calls directly and that read events (helpers.py)."""
     global _serial
     source = textwrap.dedent(source)
     _serial += 1
@@ -36,14 +39,15 @@ def compile_cell(source: str, mode: str = "trace") -> Program:
     except SyntaxError as error:
         error.filename = filename
         raise
-    return _Builder(source, mode, filename).build(module.body)
+    return _Builder(source, mode, filename, helpers).build(module.body)
 
 
 class _Builder:
     """Walks the cell once: finds its backward passes, compiles each statement, records every event use."""
 
-    def __init__(self, source: str, mode: str, filename: str):
+    def __init__(self, source: str, mode: str, filename: str, helpers: tuple = ()):
         self.source = source
+        self.helpers = {name: ast.parse(text).body[0] for name, text in helpers}   # name -> its `def`
         self.mode = mode
         self.filename = filename
         self.uses: list = []             # EventUse by use id
@@ -54,11 +58,15 @@ class _Builder:
         self.pass_column: dict = {}      # pass index -> column of its backward call
         self.current_block: int | None = None
         self.loop_sources: dict = {}     # loop variable of the statement being compiled -> its container
+        self.loop_filters: dict = {}     # loop variable -> code of its loop's condition on one element
+        self.use_filter: list = []       # that code for each use through a loop variable, or None
+        self.free: frozenset = frozenset()
         self.grad_targets: list = []
         self._temps = 0
         self.invokes: list = []          # Invoke blocks, in source order
         self.twins: set = set()          # names of functions the cell defines whose direct calls can pause
         self.twin_defs: set = set()      # ids of their `def` statements
+        self.cell_bound: set = set()     # every name the cell binds (a `cache` of its own is not nbgrad's)
 
     def build(self, body: list) -> Program:
         plain = calls_nothing(body)          # before the statements are rewritten
@@ -73,16 +81,25 @@ class _Builder:
             if not is_backward_block(stmt):
                 names, mutated = bound_names(stmt)
                 all_bound |= names | mutated
+        self.cell_bound = all_bound
+        called = {n.func.id for stmt, _, _ in flat for n in walk_cell_level(stmt)
+                  if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        called_names = frozenset(called - all_bound - set(dir(builtins)) - {"invoke", "cache", "stop"})
+        stopping = [index for index, (stmt, _, _) in enumerate(flat) if self._calls_stop(stmt)]   # before rewriting
         stored_anywhere = set().union(*(stored_names(stmt) for stmt, _, _ in flat))
         free = frozenset().union(*(read_names(stmt) for stmt, _, _ in flat)) - all_bound - stored_anywhere
+        free |= self._helper_globals() - all_bound
+        self.free = free
         nodes = [self._compile_node(index, *entry) for index, entry in enumerate(flat)]
         specs = [node.spec for node in nodes]
         add_dependencies(specs)
+        for index in stopping:     # "stop here": once what the cell asked for above has run
+            specs[index].deps = tuple(range(index))
         graph = HookGraph(nodes=specs, passes=self.passes)
         bound = frozenset(n for n in all_bound if not n.startswith(TEMP_PREFIX))
         return Program(self.source, self.mode, self.filename, graph, nodes, self.uses,
                        forward_targets=self._forward_targets(free), grad_targets=self.grad_targets,
-                       bound_names=bound, invokes=self.invokes, calls_nothing=plain)
+                       bound_names=bound, invokes=self.invokes, calls_nothing=plain, called_names=called_names)
 
     # --- event uses and backward passes ---------------------------------------------------------
 
@@ -92,6 +109,7 @@ class _Builder:
         looped = isinstance(target, ast.Name) and target.id in self.loop_sources
         self.use_ast.append(self.loop_sources[target.id] if looped else target)
         self.use_looped.append(looped)
+        self.use_filter.append(self.loop_filters.get(target.id) if looped else None)
         if kind == "grad":
             self._grad_target(target)
         return len(self.uses) - 1
@@ -117,7 +135,7 @@ class _Builder:
             container = target.value
         else:
             return
-        if is_path(container):
+        if is_module_iterable(container):
             self.grad_targets.append(Target(kind, self._text(container), self._eval_code(container),
                                             every_element=True, pass_index=pass_index))
 
@@ -177,6 +195,7 @@ class _Builder:
     def _compile_node(self, index: int, stmt: ast.stmt, block, invoke) -> CompiledNode:
         self.current_block = block
         self.loop_sources = loop_sources(stmt)
+        self.loop_filters = loop_filters(stmt, self.free, walk_cell_level)
         first_use = len(self.uses)
         line_text = self.source.splitlines()[stmt.lineno - 1].strip()
         if is_backward_block(stmt):
@@ -204,17 +223,34 @@ class _Builder:
                     events=tuple(self.uses[first_use:]), block=block, starts_passes=starts, invoke=invoke)
         return CompiledNode(spec, code)
 
+    def _helper_globals(self) -> frozenset:
+        """Names the helpers from earlier cells read from the namespace (not their arguments or locals)."""
+        found = set()
+        for definition in self.helpers.values():
+            local = {a.arg for a in ast.walk(definition.args) if isinstance(a, ast.arg)}
+            for stmt in definition.body:
+                local |= bound_names(stmt)[0] | stored_names(stmt)
+            found |= read_names(definition) - local
+        return frozenset(found)
+
+    def _calls_stop(self, stmt: ast.stmt) -> bool:
+        """Whether a statement calls `stop()` (nbgrad's: the cell binds no `stop` of its own)."""
+        return "stop" not in self.cell_bound and any(
+            isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "stop"
+            for n in walk_cell_level(stmt))
+
     def _forward_targets(self, free: frozenset) -> list:
         """Module events whose module the runtime can find before the run: hooked before the model starts."""
         targets, seen, same = [], set(), {}
         for index, use in enumerate(self.uses):
             same[use.kind, use.target] = same.get((use.kind, use.target), frozenset()) | {index}
-        for use, target, looped in zip(self.uses, self.use_ast, self.use_looped):
-            if use.kind == "grad" or (use.kind, use.target) in seen:
+        for use, target, looped, keep in zip(self.uses, self.use_ast, self.use_looped, self.use_filter):
+            if use.kind == "grad" or (use.kind, use.target, keep) in seen:
                 continue
-            seen.add((use.kind, use.target))
-            if looped and is_path(target, free):     # `[block.output for block in model.transformer.h]`
-                targets.append(Target(use.kind, self._text(target), self._eval_code(target), every_element=True))
+            seen.add((use.kind, use.target, keep))
+            if looped and is_module_iterable(target, free):  # `[b.output for b in reversed(model.transformer.h)]`
+                targets.append(Target(use.kind, self._text(target), self._eval_code(target), every_element=True,
+                                      keep=keep))
             elif is_path(target, free):
                 targets.append(Target(use.kind, use.target, self._eval_code(target), uses=same[use.kind, use.target]))
             elif isinstance(target, ast.Subscript) and is_path(target.value, free):

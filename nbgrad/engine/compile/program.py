@@ -74,6 +74,7 @@ class Target:
     every_element: bool = False   # hook every element of the container the expression names
     pass_index: int | None = None  # for gradient targets: the backward pass they belong to
     uses: frozenset = frozenset()  # the event uses it stands for (a module target that is a plain path)
+    keep: types.CodeType | None = None   # a loop's condition on one element: hook only the elements it keeps
 
 
 @dataclass(frozen=True)
@@ -98,4 +99,5 @@ class Program:
     bound_names: frozenset = field(default_factory=frozenset)
     invokes: list = field(default_factory=list)           # Invoke, in source order
     calls_nothing: bool = False   # the cell cannot change requires_grad flags (cellast.calls_nothing)
+    called_names: frozenset = field(default_factory=frozenset)   # names the cell calls but does not bind
 

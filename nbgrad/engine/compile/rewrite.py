@@ -5,12 +5,14 @@ import ast
 import copy
 
 from .cellast import (MODULE_EVENTS, const, generator_function, is_backward_block, is_backward_call, is_event_attr,
-                      is_invoke_block, is_save_call, name, never_runs_yield, position, thunk, touches_events)
+                      is_invoke_block, is_save_call, loop_sources, name, never_runs_yield, position, thunk,
+                      touches_events)
 from ...errors import NbgradError
 from .program import RUNTIME_NAME, TEMP_PREFIX
 
 
 TWIN_ATTR = "__nbgrad_twin__"
+RUNTIME_CALLS = ("cache", "stop")   # names every body has, answered by the running Runtime
 
 
 def request(kind: str, *parts: ast.expr) -> ast.Yield:
@@ -27,6 +29,7 @@ class Rewriter(ast.NodeTransformer):
         self.written = written           # ids of event attributes the statement edits in place
         self.hoisted: list = []          # nested generator functions that replace comprehensions
         self.row_zero: set = set()       # ids of event attributes written `M.output[0]`
+        self.in_helper = False           # rewriting the body of a helper from an earlier cell
 
     # --- reads ----------------------------------------------------------------------------------
 
@@ -47,6 +50,15 @@ class Rewriter(ast.NodeTransformer):
         return self.generic_visit(node)
 
     def visit_Call(self, node):
+        if (isinstance(node.func, ast.Name) and node.func.id in RUNTIME_CALLS
+                and node.func.id not in self.builder.cell_bound):
+            method = ast.Attribute(value=name(RUNTIME_NAME), attr=node.func.id, ctx=ast.Load())
+            return ast.Call(func=method, args=[const(node.lineno)] + [self.visit(a) for a in node.args],
+                            keywords=[self.visit(k) for k in node.keywords])
+        if isinstance(node.func, ast.Name) and node.func.id in self.builder.helpers and not self.in_helper:
+            call = ast.Call(func=name(self._helper_twin(node.func.id, node.lineno)),
+                            args=[self.visit(a) for a in node.args], keywords=[self.visit(k) for k in node.keywords])
+            return ast.YieldFrom(value=call)     # a helper from an earlier cell: pauses like the cell's own
         if isinstance(node.func, ast.Name) and node.func.id in self.builder.twins:
             twin = ast.Attribute(value=name(node.func.id), attr=TWIN_ATTR, ctx=ast.Load())
             call = ast.Call(func=twin, args=[self.visit(a) for a in node.args],
@@ -167,8 +179,8 @@ class Rewriter(ast.NodeTransformer):
         return node
 
     def _calls_twin(self, node: ast.AST) -> bool:
-        return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in self.builder.twins
-                   for n in ast.walk(node))
+        return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                   and (n.func.id in self.builder.twins or n.func.id in self.builder.helpers) for n in ast.walk(node))
 
     def _with_twin(self, node: ast.FunctionDef) -> list:
         """`def resid(i): ...` stays as written (a plain function for every other caller) and gets
@@ -184,6 +196,27 @@ class Rewriter(ast.NodeTransformer):
         attach = ast.Assign(targets=[ast.Attribute(value=name(node.name), attr=TWIN_ATTR, ctx=ast.Store())],
                             value=name(twin.name))
         return [node, twin, ast.copy_location(attach, node)]
+
+    def _helper_twin(self, helper: str, line: int) -> str:
+        """A generator twin of a function defined in an earlier cell, defined where the statement runs; its
+        events are placed on the line of the call (the helper's own lines are in another cell)."""
+        twin = copy.deepcopy(self.builder.helpers[helper])
+        twin.name, twin.decorator_list = self.builder.temp_name("helper"), []
+        twin.body.append(never_runs_yield())
+        for child in ast.walk(twin):
+            if "lineno" in child._attributes:       # an empty column span: its text is unparsed, not cut from the cell
+                child.lineno, child.end_lineno, child.col_offset, child.end_col_offset = line, line, 0, 0
+        outer, self.hoisted, self.in_helper = self.hoisted, [], True
+        outer_loops = self.builder.loop_sources
+        self.builder.loop_sources = {**outer_loops, **loop_sources(twin)}     # the helper's own loops
+        try:
+            twin = self.generic_visit(twin)
+        finally:
+            self.in_helper, self.builder.loop_sources = False, outer_loops
+        twin.body[0:0] = self.hoisted
+        self.hoisted = outer
+        self.hoisted.append(twin)
+        return twin.name
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
 

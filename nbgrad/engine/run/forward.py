@@ -1,6 +1,9 @@
 """Forward events: what a module was called with and what it returned, read and replaced from hooks."""
 from __future__ import annotations
 
+import types
+from collections.abc import Iterator, MappingView
+
 import torch
 from torch import nn
 
@@ -8,6 +11,7 @@ from ...errors import diagnose
 from ...errors import hints
 from ...errors import OrderError
 from .moduletree import compiled_inner
+from .stopping import StopRun, never_came_after_stop
 
 
 class ForwardEvents:
@@ -24,6 +28,9 @@ class ForwardEvents:
         self.tuple_reads: dict = {}      # use id -> (use, length) of reads that returned a tuple, for hints
         self.last_replacement = None     # (use, shape before, shape after) of the latest replaced value
         self.requested: set = set()      # use ids that a statement has waited on (so their module is hooked)
+        self.sinks: dict = {}            # event key -> callbacks that get each value (a cache(...) of the cell)
+        self.cache_only: set = set()     # event keys only a copying cache watches: no value kept for statements
+        self.stopping = False            # a statement called stop(): the next event ends the model run
 
     # --- requests -------------------------------------------------------------------------------
 
@@ -65,6 +72,9 @@ class ForwardEvents:
         return self._wait_for(module, key, task, request, use)
 
     def _wait_for(self, module, key, task, request, use):
+        if self.done and self.runtime.stopped_at is not None:
+            raise never_came_after_stop(use, diagnose.module_path(self.runtime.model, module) or use.target,
+                                        self.runtime.stopped_at)
         if self.done:
             raise OrderError(diagnose.never_ran(use, module, self.runtime.model, after_forward=True), use.line)
         if self.hook(module, use.kind) and self.model_running:
@@ -95,6 +105,9 @@ class ForwardEvents:
         """The error for a statement still waiting on this event when the cell ends."""
         use = self.uses[request.use]
         module = self.resolve(request.module, request.use)
+        if self.runtime.stopped_at is not None:
+            return never_came_after_stop(use, diagnose.module_path(self.runtime.model, module) or use.target,
+                                         self.runtime.stopped_at)
         late = (id(module), use.kind) in self.late_hooks
         return OrderError(diagnose.never_ran(use, module, self.runtime.model, after_forward=False, late=late),
                           use.line)
@@ -111,12 +124,25 @@ class ForwardEvents:
                 found = eval(target.code, namespace)
             except Exception:
                 continue      # the statement itself will report it, on its own line
+            if target.keep is not None and not isinstance(found, (dict, nn.ModuleDict)):
+                found = kept_elements(found, types.FunctionType(target.keep, namespace))
             for module in (elements(found) if target.every_element else (found,)):
                 if isinstance(module, nn.Module):
                     self.hook(module, target.kind)
 
-    def hook(self, module: nn.Module, kind: str) -> bool:
+    def watch(self, module: nn.Module, kind: str, callback, drop_values: bool = False,
+              prepend: bool = False) -> None:
+        """Call `callback(value)` at every firing of an event (for `cache(...)`); with `drop_values`, the run
+        keeps no value of its own for it unless a statement asks for the event too."""
+        key = (id(module), kind)
+        if self.hook(module, kind, prepend=prepend, for_statement=False) and drop_values:
+            self.cache_only.add(key)
+        self.sinks.setdefault(key, []).append(callback)
+
+    def hook(self, module: nn.Module, kind: str, prepend: bool = False, for_statement: bool = True) -> bool:
         """Hook one event of a module; True when the hook is new."""
+        if for_statement and self.cache_only:
+            self.cache_only.discard((id(module), kind))
         if (id(module), "input" if kind == "inputs" else kind) in self.runtime.hooks:
             return False
         if kind == "output":
@@ -124,13 +150,13 @@ class ForwardEvents:
 
             def on_output(mod, args, output):
                 return self._on_event(key, output)
-            return self.runtime.hooks.add(key, lambda: module.register_forward_hook(on_output))
+            return self.runtime.hooks.add(key, lambda: module.register_forward_hook(on_output, prepend=prepend))
         module_id = id(module)
 
         def on_input(mod, args, kwargs):
             return self._on_input(module_id, args, kwargs)
-        return self.runtime.hooks.add((module_id, "input"),
-                                      lambda: module.register_forward_pre_hook(on_input, with_kwargs=True))
+        return self.runtime.hooks.add((module_id, "input"), lambda: module.register_forward_pre_hook(
+            on_input, with_kwargs=True, prepend=prepend))
 
     def _on_event(self, key, value):
         if self.runtime.scheduler.in_statement:
@@ -144,6 +170,13 @@ class ForwardEvents:
         new = self.values[key]
         if isinstance(new, torch.Tensor):
             self.runtime.shapes[key] = tuple(new.shape)
+        if self.sinks and key in self.sinks:
+            for callback in self.sinks[key]:
+                callback(new)
+            if key in self.cache_only:
+                del self.values[key]      # the cache keeps its own copy: the run need not hold this one
+        if self.stopping and self.model_running:
+            raise StopRun                 # stop() ran in this event's statements: no later module runs
         return new if new is not value else None
 
     def _on_input(self, module_id, args, kwargs):
@@ -164,11 +197,29 @@ class ForwardEvents:
         return tuple(args), kwargs
 
 
+def kept_elements(container, keep):
+    """The elements of an iterable that a loop's condition keeps (an element it cannot judge is kept)."""
+    if not isinstance(container, (list, tuple, nn.ModuleList, nn.Sequential, Iterator, MappingView)):
+        return container
+    kept = []
+    for item in container:
+        try:
+            wanted = keep(item)
+        except Exception:
+            wanted = True
+        if wanted:
+            kept.append(item)
+    return kept
+
+
 def elements(container) -> list:
-    """What a Target with `every_element` names: the elements of a list, tuple or dict, or the modules of a
-    ModuleList, Sequential or ModuleDict (never the rows of a tensor)."""
+    """What a Target with `every_element` names: the elements of a list, tuple or dict, the modules of a
+    ModuleList, Sequential or ModuleDict, or what a listing such as `reversed(...)` or `named_modules()`
+    yields, with the module taken out of each `(name, module)` pair (never the rows of a tensor)."""
     if isinstance(container, (dict, nn.ModuleDict)):
         return list(container.values())
-    if isinstance(container, (list, tuple, nn.ModuleList, nn.Sequential)):
-        return list(container)
-    return []
+    if isinstance(container, (list, tuple, nn.ModuleList, nn.Sequential, Iterator, MappingView)):
+        items = list(container)
+    else:
+        return []
+    return [part for item in items for part in (item if type(item) is tuple else (item,))]

@@ -148,6 +148,8 @@ class GradientEvents:
         """Hook every `T.grad` of this pass whose T already exists, before any gradient arrives, so
         statements may read gradients in any order."""
         self._rehook_edited()
+        for recorder in self.runtime.recorders:      # cache(..., grads=True): each cached output, at each pass
+            recorder.hook_grads()
         values = self.runtime.forward.values
         for target in self.runtime.program.grad_targets:
             if target.pass_index != pass_index:

@@ -25,6 +25,8 @@ from .hookset import HookSet
 from ..compile.program import Backward, GradRead, GradWrite, Program, Read, Write
 from .result import Result, SavedValues, grad_pairs
 from .scheduler import Scheduler
+from .caching import start_cache
+from .stopping import StopRun, request_stop
 
 _local = threading.local()          # per thread: the runtimes now running, innermost last
 _tracing: dict = {}                 # id(model) -> id of the thread whose runs trace it
@@ -67,12 +69,23 @@ class Runtime:
                                    Backward: self.gradients.backward}
         self.scheduler.phase = self._phase
         self.state = None                # CellState, once the run has taken its snapshot
+        self.recorders: list = []        # the cell's cache(..., grads=True) recorders, hooked at each pass
+        self.stopped_at = None           # the line of the `stop()` that ended the model run
+        self.stepping = False            # one step of a generation (see open_step)
         self._exited = False
 
     def save(self, value, line=None, label=None):
         """`x.save()` in the cell: keep x after it."""
         current = self.scheduler.current
         return self.saved.save(value, line, label, current.node.spec.invoke if current is not None else None)
+
+    def cache(self, line, *args, **kwargs):
+        """`cache(...)` in the cell (see caching.py)."""
+        return start_cache(self, line, *args, **kwargs)
+
+    def stop(self, line):
+        """`stop()` in the cell (see stopping.py)."""
+        request_stop(self, line)
 
     # --- entry points ---------------------------------------------------------------------------
 
@@ -81,7 +94,11 @@ class Runtime:
             self.scheduler.start_ready()
             self.forward.hook_targets(self.program.forward_targets, self.ns)
             self.forward.model_running = True
-            self.model(*call_args, **call_kwargs)
+            try:
+                if self.stopped_at is None:      # a stop() before the model ran: it does not run at all
+                    self.model(*call_args, **call_kwargs)
+            except StopRun:
+                pass
             self.forward.model_running = False
             self.forward.done = True
             self.scheduler.start_ready()
@@ -103,6 +120,7 @@ class Runtime:
         `start_step()` as the call begins, `finish_step()` after it, and `close()` in a `finally`.
         Grad mode is the caller's (generation runs under `torch.no_grad()`)."""
         self._enter()
+        self.stepping = True
         self.forward.hook_targets(self.program.forward_targets, self.ns)
 
     def start_step(self) -> None:
@@ -172,7 +190,8 @@ class Runtime:
         if self in runtimes:
             runtimes.remove(self)
         self._release_model()
-        for store in (self.forward.values, self.gradients.grads, self.gradients.sources, self.gradients.hooked):
+        for store in (self.forward.values, self.gradients.grads, self.gradients.sources, self.gradients.hooked,
+                      self.forward.sinks, self.recorders):
             store.clear()
         if self.rows is not None:
             self.rows.clear()

@@ -1,0 +1,46 @@
+"""Helpers from earlier cells: a function defined in an earlier cell (its source is in IPython's line cache)
+that reads or edits events pauses at them when a cell calls it directly, like a function the cell defines.
+The cell is compiled again with the helper's source (cached like any cell)."""
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+import types
+from functools import lru_cache
+
+from .cellast import can_pause_in
+from .compiler import compile_cell
+
+
+def compile_with_helpers(source: str, mode: str, namespace: dict | None):
+    """The cell's Program, with the helpers it calls directly (if any) compiled into it."""
+    program = compile_cell(source, mode)
+    if namespace is None or not program.called_names:
+        return program
+    helpers = tuple((name, text) for name in sorted(program.called_names)
+                    if (text := helper_source(namespace.get(name), namespace)) is not None)
+    return compile_cell(source, mode, helpers) if helpers else program
+
+
+def helper_source(function, namespace: dict) -> str | None:
+    """The source of a plain function defined at the top level of a cell run in `namespace` (its globals)
+    whose body uses module events; None for anything else (library functions, closures, decorated ones)."""
+    if not isinstance(function, types.FunctionType) or function.__globals__ is not namespace:
+        return None
+    if function.__code__.co_freevars or function.__qualname__ != function.__name__:
+        return None
+    return _event_source(function.__code__, function.__name__)
+
+
+@lru_cache(maxsize=256)
+def _event_source(code: types.CodeType, name: str) -> str | None:
+    try:
+        text = textwrap.dedent(inspect.getsource(code))
+        tree = ast.parse(text)
+    except (OSError, TypeError, SyntaxError):
+        return None
+    definition = tree.body[0] if len(tree.body) == 1 else None
+    if not (isinstance(definition, ast.FunctionDef) and definition.name == name and can_pause_in(definition)):
+        return None
+    return text

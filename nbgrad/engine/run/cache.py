@@ -1,0 +1,186 @@
+"""`Cache`: what `cache(...)` kept of a run, by module path (as `named_modules()` writes it).
+
+A mapping path -> what that module returned, in call order; a module called several times maps to the
+list of its outputs. `.inputs` and `.grads` hold the first positional argument and the gradient into
+the output (when asked for with `inputs=True` / `grads=True`)."""
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+
+import torch
+
+from ...errors import NbgradError
+
+
+def main_tensor(value):
+    """The tensor a module's output stands for: itself, or the first tensor of a tuple, list or ModelOutput."""
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, Mapping):
+        value = list(value.values())
+    if isinstance(value, (tuple, list)):
+        return next((v for v in value if isinstance(v, torch.Tensor)), None)
+    return None
+
+
+def _tensors(value, depth: int = 0):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif depth < 4 and isinstance(value, Mapping):
+        for element in value.values():
+            yield from _tensors(element, depth + 1)
+    elif depth < 4 and isinstance(value, (tuple, list)):
+        for element in value:
+            yield from _tensors(element, depth + 1)
+
+
+class Calls(list):
+    """The values of a module called several times, in call order (told apart from an output that is a list)."""
+
+
+class Cache(Mapping):
+    """path -> output (a list of outputs for a module called several times), in call order."""
+
+    def __init__(self, options: dict | None = None):
+        self.options = dict(options or {})    # what cache(...) was called with: modules, inputs, grads, ...
+        self._outputs: dict = {}
+        self._inputs: dict = {}
+        self._grads: dict = {}
+
+    # --- the mapping ----------------------------------------------------------------------------
+
+    def __getitem__(self, path):
+        try:
+            return self._outputs[path]
+        except KeyError:
+            if isinstance(path, str) and _canonical(path) in self._outputs:    # `model.transformer.h[3]`
+                return self._outputs[_canonical(path)]
+            raise KeyError(f"{path!r} is not in the cache: the run called no cached module of that path "
+                           f"(cached: {_few(self._outputs)})") from None
+
+    def __iter__(self):
+        return iter(self._outputs)
+
+    def __len__(self):
+        return len(self._outputs)
+
+    # --- what else it holds ---------------------------------------------------------------------
+
+    @property
+    def inputs(self) -> dict:
+        """path -> the first positional argument of each call (`cache(..., inputs=True)`)."""
+        if not self.options.get("inputs"):
+            raise NbgradError("this cache holds no inputs: call cache(..., inputs=True)")
+        return self._inputs
+
+    @property
+    def grads(self) -> dict:
+        """path -> the gradient that flowed into the output in the cell's backward pass (`grads=True`)."""
+        if not self.options.get("grads"):
+            raise NbgradError("this cache holds no gradients: call cache(..., grads=True) in a cell that runs "
+                              "a backward pass")
+        order = {path: index for index, path in enumerate(self._outputs)}     # forward order, not backward's
+        return dict(sorted(self._grads.items(), key=lambda item: order.get(item[0], len(order))))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of every tensor the cache holds (outputs, inputs and gradients), each tensor once."""
+        seen, total = set(), 0
+        for store in (self._outputs, self._inputs, self._grads):
+            for tensor in _tensors(list(store.values())):
+                if id(tensor) not in seen:
+                    seen.add(id(tensor))
+                    total += tensor.nelement() * tensor.element_size()
+        return total
+
+    def stack(self, paths="*", *, grads: bool = False) -> torch.Tensor:
+        """The values of `paths` (a list of paths, or a glob) stacked along a new first dimension, in
+        forward order; the tensor of each output (the first tensor of a tuple). `grads=True` stacks
+        their gradients instead."""
+        store = self.grads if grads else self._outputs
+        chosen = self.paths(paths)
+        values = []
+        for path in chosen:
+            value = store.get(path)
+            if isinstance(value, Calls):
+                raise NbgradError(f"Cache.stack: {path!r} was called {len(value)} times; stack its list "
+                                  f"(torch.stack(cache[{path!r}])) or choose other paths")
+            tensor = main_tensor(value)
+            if tensor is None:
+                raise NbgradError(f"Cache.stack: {path!r} holds no tensor"
+                                  + (" gradient" if grads else ""))
+            values.append(tensor)
+        shapes = {tuple(v.shape) for v in values}
+        if len(shapes) > 1:
+            raise NbgradError(f"Cache.stack: the values have different shapes ({', '.join(map(str, shapes))}); "
+                              f"choose paths whose outputs have one shape, e.g. 'transformer.h.*' without children")
+        return torch.stack(values)
+
+    def paths(self, paths="*") -> list:
+        """The cached paths a glob (or a list of paths / globs) names, in forward order."""
+        patterns = [paths] if isinstance(paths, str) else list(paths)
+        patterns = [_canonical(p) for p in patterns]
+        chosen = [p for p in self._outputs if any(p == q or fnmatch.fnmatchcase(p, q) for q in patterns)]
+        if not chosen:
+            raise NbgradError(f"Cache: no cached path matches {paths!r} (cached: {_few(self._outputs)})")
+        return chosen
+
+    def summary(self, max_positions: int = 64) -> dict:
+        """Plain data for the Cache panel: per cached module the norm of its output at each position (batch
+        row 0), and where gradients were cached, gradient × activation summed at each position (signed)."""
+        rows = []
+        grads = self._grads if self.options.get("grads") else {}
+        for path, value in self._outputs.items():
+            for call, output in enumerate(value if isinstance(value, Calls) else [value]):
+                label = path or "(model)"
+                label += f" #{call}" if isinstance(value, Calls) else ""
+                tensor = main_tensor(output)
+                if tensor is None:
+                    continue
+                rows.append({"path": label, "shape": list(tensor.shape), "signed": False,
+                             "values": _per_position(tensor, None, max_positions)})
+                grad = grads.get(path)
+                grad = grad[call] if isinstance(grad, list) else grad
+                if isinstance(grad, torch.Tensor) and grad.shape == tensor.shape:
+                    rows.append({"path": f"{label} grad×act", "shape": list(grad.shape), "signed": True,
+                                 "values": _per_position(tensor, grad, max_positions)})
+        return {"rows": rows, "nbytes": self.nbytes, "modules": len(self)}
+
+    def __repr__(self):
+        extra = [name for name in ("inputs", "grads") if self.options.get(name)]
+        return (f"Cache({len(self)} modules{' with ' + ' and '.join(extra) if extra else ''}, "
+                f"{_human(self.nbytes)}: {_few(self._outputs)})")
+
+
+def _per_position(tensor: torch.Tensor, grad, max_positions: int) -> list:
+    """Batch row 0 with the axis after the batch as positions (the last `max_positions`): the norm over the
+    other axes, or with `grad` the sum of gradient × activation."""
+    with torch.no_grad():
+        value = tensor.detach().float().cpu()
+        if grad is not None:
+            value = value * grad.detach().float().cpu()
+        value = value[0] if value.dim() >= 2 else value.reshape(1, -1)
+        value = value.reshape(value.shape[0], -1) if value.dim() >= 2 else value.reshape(1, -1)
+        value = value[-max_positions:]
+        reduced = value.sum(dim=1) if grad is not None else value.norm(dim=1)
+    return [float(v) for v in reduced]
+
+
+def _canonical(path: str) -> str:
+    """`model.transformer.h[3]` -> `transformer.h.3`, as `named_modules()` writes it."""
+    path = path.strip().replace("[", ".").replace("]", "")
+    return path[len("model."):] if path.startswith("model.") else ("" if path == "model" else path)
+
+
+def _few(paths, count: int = 4) -> str:
+    names = [repr(p) for p in list(paths)[:count]]
+    return ", ".join(names) + (", ..." if len(paths) > count else "") if names else "nothing"
+
+
+def _human(size: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size} B"

@@ -1,0 +1,27 @@
+"""`stop()` in a cell: the model's run ends once the statement that called it has run, so later modules
+never run (nnsight's `tracer.stop()`). The hook that delivered the event raises `StopRun` through the
+model's forward, and the run catches it around the model call."""
+from __future__ import annotations
+
+from ...errors import NbgradError, OrderError
+
+
+class StopRun(BaseException):
+    """Ends the model's forward call from inside a hook. A BaseException, so that a model's own
+    `except Exception` cannot swallow it."""
+
+
+def request_stop(runtime, line: int) -> None:
+    """`stop()`: the forward call ends after the current statement; after the forward pass it does nothing."""
+    if runtime.stepping:
+        raise NbgradError("stop() ends a %%trace run; %%generate runs the model once per new token: use "
+                          "--max-new-tokens, or %%trace the prompt to stop inside one forward call", line)
+    if not runtime.forward.done and runtime.stopped_at is None:
+        runtime.stopped_at = line
+        runtime.forward.stopping = True
+
+
+def never_came_after_stop(use, module_text: str, stop_line: int) -> OrderError:
+    return OrderError(f"{use.target}.{use.kind} never came: stop() at line {stop_line} ended the model run "
+                      f"before {module_text} ran. Read it before stopping, or move stop() after the "
+                      f"statements that need it", use.line)

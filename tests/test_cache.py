@@ -1,0 +1,302 @@
+"""`cache(...)` in a cell and `nbgrad.run_with_cache`, each case against plain forward hooks / tensor hooks
+on the same weights."""
+import pytest
+import torch
+from torch import nn
+
+import nbgrad
+from nbgrad.engine.run.cache import main_tensor
+from helpers import assert_clean, model_state
+
+IDS = torch.tensor([[5, 9, 2, 7, 11]])
+
+
+def hooked(model, ids, names=None, loss=None):
+    """Plain hooks on every module named (all by default): (outputs by path in call order, first inputs,
+    gradients into each output's tensor when `loss(output)` is backpropagated, the model's output)."""
+    modules = dict(model.named_modules())
+    outputs, inputs, grads, handles = {}, {}, {}, []
+    for name in (names if names is not None else list(modules)):
+        def keep(mod, args, output, name=name):
+            outputs[name] = output
+            tensor = main_tensor(output)
+            if loss is not None and tensor is not None and tensor.requires_grad:
+                tensor.register_hook(lambda grad, name=name: grads.__setitem__(name, grad))
+        handles.append(modules[name].register_forward_hook(keep))
+        handles.append(modules[name].register_forward_pre_hook(
+            lambda mod, args, name=name: inputs.__setitem__(name, args[0] if args else None)))
+    try:
+        output = model(ids)
+        if loss is not None:
+            loss(output).backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return outputs, inputs, grads, output
+
+
+def tensors_in(value):
+    if torch.is_tensor(value):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    return [t for v in value for t in tensors_in(v)] if isinstance(value, (list, tuple)) else []
+
+
+def same(a, b):
+    return torch.equal(main_tensor(a), main_tensor(b))
+
+
+def test_every_module_of_the_embedded_model(default_model):
+    before = model_state(default_model)
+    ns = {"model": default_model}
+    nbgrad.trace(default_model, IDS, "c = cache()", ns)
+    outputs, _, _, _ = hooked(default_model, IDS)
+    c = ns["c"]
+    assert isinstance(c, nbgrad.Cache)
+    assert list(c) == list(outputs)             # the modules that fired, in call order (the root last)
+    assert len(c) > 40 and "transformer.h" not in c        # a ModuleList never runs
+    for path in outputs:
+        assert same(c[path], outputs[path]), path
+    every = {id(t): t.nelement() * t.element_size() for v in outputs.values() for t in tensors_in(v)}
+    assert c.nbytes == sum(every.values()) > 0
+    assert_clean(default_model, before)
+
+
+def test_a_glob_with_grads(tiny):
+    ns = {"model": tiny}
+    nbgrad.trace(tiny, IDS, """
+c = cache("transformer.h.*", grads=True)
+model.output.logits[0, -1].max().backward()
+""", ns)
+    tiny.zero_grad()
+    before = model_state(tiny)
+    names = [n for n, _ in tiny.named_modules() if n.startswith("transformer.h.")]
+    outputs, _, grads, _ = hooked(tiny, IDS, names, loss=lambda out: out.logits[0, -1].max())
+    tiny.zero_grad()
+    c = ns["c"]
+    assert set(c) == {n for n in names if n in outputs}
+    assert list(c.grads) == [n for n in c if n in grads]     # forward order
+    assert set(c.grads) == set(grads) and len(grads) > 8
+    for path, grad in grads.items():
+        assert torch.allclose(c.grads[path], grad), path
+    assert_clean(tiny, before)
+
+
+def test_inputs(tiny):
+    ns = {"model": tiny}
+    nbgrad.trace(tiny, IDS, "c = cache(['transformer.h.1', model.lm_head], inputs=True)", ns)
+    outputs, inputs, _, _ = hooked(tiny, IDS, ["transformer.h.1", "lm_head"])
+    c = ns["c"]
+    assert list(c) == ["transformer.h.1", "lm_head"] and list(c.inputs) == list(c)
+    for path in c:
+        assert torch.equal(c.inputs[path], inputs[path]) and torch.equal(c[path], outputs[path])
+    with pytest.raises(nbgrad.NbgradError, match="grads=True"):
+        c.grads
+
+
+def test_device_and_dtype_keep_detached_cast_copies(tiny):
+    ns = {"model": tiny, "torch": torch}
+    nbgrad.trace(tiny, IDS, """
+c = cache("transformer.h.?", device="cpu", dtype=torch.float16, grads=True)
+model.output.logits[0, -1].max().backward()
+""", ns)
+    outputs, _, grads, _ = hooked(tiny, IDS, [f"transformer.h.{i}" for i in range(4)],
+                                  loss=lambda out: out.logits[0, -1].max())
+    tiny.zero_grad()
+    c = ns["c"]
+    for path, value in c.items():
+        assert value.dtype == torch.float16 and value.device.type == "cpu"
+        assert not value.requires_grad and value.grad_fn is None
+        assert torch.equal(value, outputs[path].detach().half())
+        assert c.grads[path].dtype == torch.float16 and torch.equal(c.grads[path], grads[path].half())
+    assert c.nbytes == 2 * 2 * sum(v.nelement() for v in c.values())     # outputs and grads, 2 bytes each
+
+
+def test_stack_in_forward_order(tiny):
+    ns = {"model": tiny}
+    nbgrad.trace(tiny, IDS, "c = cache()", ns)
+    outputs, _, _, _ = hooked(tiny, IDS)
+    c = ns["c"]
+    blocks = [f"transformer.h.{i}" for i in range(4)]
+    expected = torch.stack([outputs[p] for p in blocks])
+    assert torch.equal(c.stack("transformer.h.?"), expected)
+    assert c["model.transformer.h[2]"] is c["transformer.h.2"]            # a path as the cell writes it
+    with pytest.raises(KeyError, match="the run called no cached module of that path"):
+        c["transformer.h.9"]
+    assert torch.equal(c.stack(blocks[::-1]), expected)      # forward order, whatever order is asked
+    with pytest.raises(nbgrad.NbgradError, match="different shapes"):
+        c.stack(["transformer.h.0", "transformer.h.0.attn.c_attn"])
+    with pytest.raises(nbgrad.NbgradError, match="no cached path matches"):
+        c.stack("decoder.*")
+    ns = {"model": tiny}
+    nbgrad.trace(tiny, IDS, "blocks = cache(model.transformer.h)\nmodules = cache(model.transformer.h[1].children())", ns)
+    assert list(ns["blocks"]) == blocks and torch.equal(ns["blocks"].stack(), expected)
+    assert list(ns["modules"]) == ["transformer.h.1.ln_1", "transformer.h.1.attn", "transformer.h.1.ln_2",
+                                   "transformer.h.1.mlp"]
+
+
+def test_a_module_called_several_times_maps_to_its_list():
+    torch.manual_seed(0)
+
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.layer(self.layer(x))
+    model, x = Twice(), torch.randn(2, 3)
+    ns = {"model": model}
+    nbgrad.trace(model, x, "c = cache('layer', grads=True)\n(model.output ** 2).sum().backward()", ns)
+    model.zero_grad()
+    calls, grads = [], {}
+
+    def keep(module, args, output):
+        index = len(calls)
+        calls.append(output)
+        output.register_hook(lambda grad: grads.__setitem__(index, grad))
+    handle = model.layer.register_forward_hook(keep)
+    try:
+        (model(x) ** 2).sum().backward()
+    finally:
+        handle.remove()
+    model.zero_grad()
+    c = ns["c"]
+    assert isinstance(c["layer"], list) and len(c["layer"]) == 2 and len(c.grads["layer"]) == 2
+    for index in range(2):
+        assert torch.allclose(c["layer"][index], calls[index])
+        assert torch.allclose(c.grads["layer"][index], grads[index])
+
+
+def test_the_cache_holds_the_edited_value(tiny):
+    ns = {"model": tiny}
+    nbgrad.trace(tiny, IDS, "c = cache('transformer.h.1')\nmodel.transformer.h[1].output[:, -1] = 0", ns)
+    assert (ns["c"]["transformer.h.1"][:, -1] == 0).all()
+
+
+def test_run_with_cache_with_a_loss(tiny):
+    tiny.zero_grad()
+    before = model_state(tiny)
+    loss = lambda out: out.logits[0, -1].logsumexp(-1)      # noqa: E731
+    output, c = nbgrad.run_with_cache(tiny, IDS, "transformer.h.*", grads=True, loss=loss)
+    tiny.zero_grad()
+    names = [n for n, _ in tiny.named_modules() if n.startswith("transformer.h.")]
+    outputs, _, grads, expected = hooked(tiny, IDS, names, loss=loss)
+    tiny.zero_grad()
+    assert torch.equal(output.logits, expected.logits)
+    assert set(c.grads) == set(grads)
+    for path in grads:
+        assert torch.allclose(c.grads[path], grads[path]) and same(c[path], outputs[path])
+    assert_clean(tiny, before)
+    with pytest.raises(nbgrad.NbgradError, match="needs loss="):
+        nbgrad.run_with_cache(tiny, IDS, grads=True)
+    _, plain = nbgrad.run_with_cache(tiny, IDS, "lm_head", dtype=torch.bfloat16)
+    assert list(plain) == ["lm_head"] and plain["lm_head"].dtype == torch.bfloat16
+
+
+def test_a_cache_per_generation_step(default_model):
+    before = model_state(default_model)
+    ns = {"model": default_model}
+    result = nbgrad.generate(default_model, "The Eiffel Tower is in", "c = cache('lm_head')", ns,
+                             max_new_tokens=3)
+    kept = []
+    handle = default_model.lm_head.register_forward_hook(lambda m, a, o: kept.append(o.clone()))
+    try:
+        ids = default_model.generate(**nbgrad.tokenizer_for(default_model)("The Eiffel Tower is in",
+                                                                          return_tensors="pt"),
+                                     max_new_tokens=3, do_sample=False)
+    finally:
+        handle.remove()
+    assert torch.equal(result.output, ids)
+    assert isinstance(ns["c"], list) and len(ns["c"]) == len(kept) == 3
+    for step, cache in enumerate(ns["c"]):
+        assert isinstance(cache, nbgrad.Cache) and torch.equal(cache["lm_head"], kept[step])
+    assert_clean(default_model, before)
+
+
+@pytest.mark.parametrize("source, message", [
+    ("c = cache('transformer.hh.*')", "no module of the model matches 'transformer.hh.*'"),
+    ("c = cache(grads=True)", "runs no backward pass"),
+    ("c = cache(model.transformer.h[0].output)", "must run before the model does"),
+    ("c = cache(3)", "takes a glob, a module path"),
+])
+def test_errors_name_the_line_and_leave_the_model_clean(tiny, source, message):
+    before = model_state(tiny)
+    with pytest.raises(nbgrad.NbgradError, match=message) as caught:
+        nbgrad.trace(tiny, IDS, "x = model.lm_head.output.save()\n" + source, {"model": tiny})
+    assert "line 2" in str(caught.value)
+    assert_clean(tiny, before)
+    assert nbgrad.trace(tiny, IDS, "c = cache('lm_head')").saved["c"]["lm_head"].shape[-1] == 97
+
+
+def test_cache_kept_after_a_magic_cell(shell, tiny):
+    shell.user_ns.update(model=tiny, ids=IDS)
+    shell.run_cell("%%trace model ids -q\nc = cache('transformer.h.0')\nh = model.transformer.h[0].output", store_history=False)
+    assert isinstance(shell.user_ns["c"], nbgrad.Cache) and "h" not in shell.user_ns
+    outputs, _, _, _ = hooked(tiny, IDS, ["transformer.h.0"])
+    assert torch.equal(shell.user_ns["c"]["transformer.h.0"], outputs["transformer.h.0"])
+
+
+def test_an_interrupt_mid_run_leaves_no_cache_hook(tiny):
+    before = model_state(tiny)
+    with pytest.raises(KeyboardInterrupt):
+        nbgrad.trace(tiny, IDS, """
+c = cache(grads=True)
+if model.transformer.h[1].output is not None:
+    raise KeyboardInterrupt
+model.output.logits.sum().backward()
+""", {"model": tiny})
+    assert_clean(tiny, before)
+
+
+def test_the_cache_panel_has_a_row_per_module_and_the_memory(shell, tiny):
+    ns = {"model": tiny}
+    nbgrad.trace(tiny, IDS, "c = cache('transformer.h.?', grads=True)\nmodel.output.logits[0, -1].max().backward()",
+                 ns)
+    tiny.zero_grad()
+    c = ns["c"]
+    panel = nbgrad.show(c, name="c")
+    bundle = panel._repr_mimebundle_()
+    summary = c.summary()
+    assert [row["path"] for row in summary["rows"]] == [p for path in c for p in (path, f"{path} grad×act")]
+    outputs, _, grads, _ = hooked(tiny, IDS, list(c), loss=lambda out: out.logits[0, -1].max())
+    tiny.zero_grad()
+    norms = outputs["transformer.h.2"][0].norm(dim=-1)
+    assert torch.allclose(torch.tensor(summary["rows"][4]["values"]), norms, atol=1e-5)
+    signed = (outputs["transformer.h.2"][0] * grads["transformer.h.2"][0]).sum(-1)
+    assert torch.allclose(torch.tensor(summary["rows"][5]["values"]), signed, atol=1e-5)
+    assert bundle["text/html"].count("<tr>") == 1 + len(summary["rows"])
+    assert "blue = negative" in bundle["text/html"]          # the diverging legend of the gradient rows
+    assert f"{c.nbytes / 1024:.1f} KB" in bundle["text/plain"] and "transformer.h.3" in bundle["text/plain"]
+
+
+def test_a_cell_shows_the_cache_panel(shell, tiny):
+    from nbgrad.notebook.magics import split_caches
+    shell.user_ns.update(model=tiny, ids=IDS)
+    result = nbgrad.trace(tiny, IDS, "c = cache('lm_head')\nx = model.lm_head.output.save()", shell.user_ns)
+    rest, panels = split_caches(result, nbgrad.tokenizer_for(tiny))
+    assert list(rest.saved) == ["x"] and list(result.saved) == ["c", "x"]
+    assert len(panels) == 1 and "lm_head" in panels[0].text()
+    assert panels[0].tokens is None          # the tiny model has no tokenizer: positions are numbered
+    assert "<th" in panels[0].html() and ">4</th>" in panels[0].html()
+
+
+def test_a_cache_inside_an_invoke_holds_its_rows(default_model):
+    ns = {"model": default_model}
+    nbgrad.trace(default_model, None, """
+with invoke("The Eiffel Tower is in the city of"):
+    c = cache("transformer.h.1", grads=True)
+with invoke("The Colosseum is in"):
+    other = model.transformer.h[1].output.save()
+model.output.logits[:, -1].max(-1).values.sum().backward()
+""", ns)
+    default_model.zero_grad()
+    alone, _, grads, _ = hooked(default_model, nbgrad.tokenizer_for(default_model)(
+        "The Eiffel Tower is in the city of", return_tensors="pt")["input_ids"], ["transformer.h.1"],
+        loss=lambda out: out.logits[:, -1].max(-1).values.sum())
+    default_model.zero_grad()
+    c = ns["c"]
+    assert c["transformer.h.1"].shape == alone["transformer.h.1"].shape       # one row: its own, not the batch
+    assert torch.allclose(c["transformer.h.1"], alone["transformer.h.1"], atol=1e-4)
+    assert torch.allclose(c.grads["transformer.h.1"], grads["transformer.h.1"], atol=1e-4)

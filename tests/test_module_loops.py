@@ -1,0 +1,194 @@
+"""Loops and comprehensions over modules read and edit their events in any order, each case against plain
+forward hooks / tensor hooks on the same weights."""
+import pytest
+import torch
+
+import nbgrad
+from helpers import assert_clean, model_state
+
+IDS_TEXT = "The Eiffel Tower is in"
+
+
+def hooked_outputs(model, ids, names, edit=None):
+    """Every named module's output with plain forward hooks (after `edit(name, output)`), and the logits."""
+    modules = dict(model.named_modules())
+    seen, handles = {}, []
+    for name in names:
+        def hook(mod, args, output, name=name):
+            if edit is not None:
+                output = edit(name, output)
+            seen[name] = output
+            return output
+        handles.append(modules[name].register_forward_hook(hook))
+    try:
+        logits = model(ids).logits
+    finally:
+        for handle in handles:
+            handle.remove()
+    return seen, logits
+
+
+def test_named_modules_reads_a_container_before_its_children(default_model):
+    before = model_state(default_model)
+    ids = torch.tensor([[5, 9, 2, 7]])
+    ns = {"model": default_model}
+    nbgrad.trace(default_model, ids, """
+d = {n: m.output.save() for n, m in model.named_modules() if n in ("transformer", "transformer.h.0")}
+""", ns)
+    seen, _ = hooked_outputs(default_model, ids, ["transformer", "transformer.h.0"])
+    d = ns["d"]
+    assert list(d) == ["transformer", "transformer.h.0"]      # the loop's own order
+    assert torch.equal(d["transformer"].last_hidden_state, seen["transformer"].last_hidden_state)
+    assert torch.equal(d["transformer.h.0"], seen["transformer.h.0"])
+    assert_clean(default_model, before)
+
+
+def test_every_module_the_run_calls_in_a_for_loop(default_model):
+    ids = torch.tensor([[5, 9, 2, 7]])
+    every = [n for n, _ in default_model.named_modules() if n]
+    fired, _ = hooked_outputs(default_model, ids, every)
+    names = [n for n in every if n in fired]      # a ModuleList, and modules the model skips, never run
+    ns = {"model": default_model, "wanted": set(names)}
+    nbgrad.trace(default_model, ids, """
+outs = {}
+for name, module in model.named_modules():
+    if name in wanted:
+        outs[name] = module.output.save()
+""", ns)
+    seen, _ = hooked_outputs(default_model, ids, names)
+    assert list(ns["outs"]) == names and len(names) > 20
+    for name in names:
+        value, expected = ns["outs"][name], seen[name]
+        value, expected = (value, expected) if torch.is_tensor(expected) else (value[0], expected[0])
+        assert torch.equal(value, expected), name
+
+
+@pytest.mark.parametrize("iterable", ["reversed(model.transformer.h)", "model.transformer.h[::-1]",
+                                      "list(reversed(model.transformer.h))",
+                                      "[model.transformer.h[3], model.transformer.h[2], model.transformer.h[1], "
+                                      "model.transformer.h[0]]"])
+def test_blocks_read_in_reverse(tiny, ids, iterable):
+    before = model_state(tiny)
+    ns = {"model": tiny}
+    nbgrad.trace(tiny, ids, f"resid = [b.output.save() for b in {iterable}]", ns)
+    names = [f"transformer.h.{i}" for i in range(4)]
+    seen, _ = hooked_outputs(tiny, ids, names)
+    resid = ns["resid"]
+    assert len(resid) == 4
+    for value, name in zip(resid, reversed(names)):
+        assert torch.equal(value, seen[name])
+    assert_clean(tiny, before)
+
+
+def test_children_with_enumerate_reads_in_any_order(tiny, ids):
+    ns = {"model": tiny}
+    nbgrad.trace(tiny, ids, """
+firsts = {i: c.output.save() for i, c in enumerate(model.children())}
+""", ns)
+    seen, _ = hooked_outputs(tiny, ids, ["transformer", "lm_head"])
+    firsts = ns["firsts"]
+    assert torch.equal(firsts[0].last_hidden_state, seen["transformer"].last_hidden_state)
+    assert torch.equal(firsts[1], seen["lm_head"])
+
+
+def test_edit_in_a_loop_over_named_modules(tiny, ids):
+    before = model_state(tiny)
+    result = nbgrad.trace(tiny, ids, """
+for name, module in model.named_modules():
+    if name in ("transformer.h.1", "transformer.h.2.mlp"):
+        module.output[:, -1] = 0
+logits = model.output.logits.save()
+""")
+
+    def zero_last(name, output):
+        if name in ("transformer.h.1", "transformer.h.2.mlp"):
+            output = output.clone()
+            output[:, -1] = 0
+        return output
+    _, logits = hooked_outputs(tiny, ids, ["transformer.h.1", "transformer.h.2.mlp"], zero_last)
+    assert torch.allclose(result.saved["logits"], logits, atol=1e-6)
+    assert_clean(tiny, before)
+
+
+def test_gradients_of_blocks_read_in_reverse(tiny, ids):
+    ns = {"model": tiny}
+    nbgrad.trace(tiny, ids, """
+grads = [b.output.grad.save() for b in reversed(model.transformer.h)]
+model.output.logits[0, -1].max().backward()
+""", ns)
+    tiny.zero_grad()
+    before = model_state(tiny)
+    blocks = list(tiny.transformer.h)
+    outs, handles = {}, [b.register_forward_hook(lambda m, a, o, i=i: outs.__setitem__(i, o))
+                         for i, b in enumerate(blocks)]
+    try:
+        logits = tiny(ids).logits
+        for out in outs.values():
+            out.retain_grad()
+        tiny.zero_grad()
+        logits[0, -1].max().backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert len(ns["grads"]) == 4
+    for value, index in zip(ns["grads"], reversed(range(4))):
+        assert torch.allclose(value, outs[index].grad)
+    tiny.zero_grad()
+    assert_clean(tiny, before)
+
+
+def test_a_module_the_run_never_calls_is_named(default_model):
+    before = model_state(default_model)
+    with pytest.raises(nbgrad.OrderError) as caught:
+        nbgrad.trace(default_model, "Hello", "d = {n: m.output.save() for n, m in model.named_modules() if n}")
+    message = str(caught.value)
+    assert "model.transformer.h" in message and "ModuleList" in message and "never ran" in message
+    assert_clean(default_model, before)
+    assert nbgrad.trace(default_model, "Hello", "x = model.lm_head.output.save()").saved["x"].dim() == 3
+
+
+def test_an_edit_out_of_call_order_in_a_loop_is_an_error(tiny, ids):
+    before = model_state(tiny)
+    with pytest.raises(nbgrad.OrderError, match="edited too late"):
+        nbgrad.trace(tiny, ids, """
+for b in reversed(model.transformer.h):
+    b.output[:] = 0
+""")
+    assert_clean(tiny, before)
+
+
+def count_hooks(monkeypatch):
+    """The modules nbgrad hooks in a run, counted at the one place that registers forward hooks."""
+    from nbgrad.engine.run.forward import ForwardEvents
+    hooked, original = [], ForwardEvents.hook
+
+    def hook(self, module, kind, **options):
+        new = original(self, module, kind, **options)
+        if new:
+            hooked.append(module)
+        return new
+    monkeypatch.setattr(ForwardEvents, "hook", hook)
+    return hooked
+
+
+def test_a_loop_condition_hooks_only_the_modules_it_keeps(default_model, monkeypatch):
+    hooked = count_hooks(monkeypatch)
+    ns = {"model": default_model}
+    nbgrad.trace(default_model, IDS_TEXT, """
+d = {n: m.output.save() for n, m in model.named_modules() if n in ("transformer", "transformer.h.0")}
+for name, module in model.named_modules():
+    if name.startswith("transformer.h.1.mlp."):
+        last = module.output.save()
+""", ns)
+    modules = dict(default_model.named_modules())
+    assert set(map(id, hooked)) == {id(modules[n]) for n in ("transformer", "transformer.h.0")} | {
+        id(m) for n, m in modules.items() if n.startswith("transformer.h.1.mlp.")}
+    assert list(ns["d"]) == ["transformer", "transformer.h.0"]
+
+
+def test_a_condition_nbgrad_cannot_judge_early_hooks_every_module(default_model, monkeypatch):
+    hooked = count_hooks(monkeypatch)
+    ns = {"model": default_model, "wanted": lambda name: name == "transformer"}
+    nbgrad.trace(default_model, IDS_TEXT, "d = {n: m.output.save() for n, m in model.named_modules() if wanted(n)}",
+                 ns)
+    assert len(hooked) > 40 and list(ns["d"]) == ["transformer"]
