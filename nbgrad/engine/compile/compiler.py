@@ -19,6 +19,7 @@ from ...errors import NbgradError, register_cell_source
 from .graph import BackwardPass, EventUse, HookGraph, Node
 from .program import TEMP_PREFIX, CompiledNode, Invoke, Program, Target
 from .rewrite import Rewriter
+from .siteaccess import open_sources
 
 _serial = 0
 
@@ -36,7 +37,7 @@ def compile_cell(source: str, mode: str = "trace") -> Program:
     except SyntaxError as error:
         error.filename = filename
         raise
-    return _Builder(source, mode, filename).build(module.body)
+    return _Builder(source, mode, filename).build(open_sources(module).body)
 
 
 class _Builder:

@@ -8,6 +8,9 @@ from ...errors import diagnose
 from ...errors import hints
 from ...errors import OrderError
 from .moduletree import compiled_inner
+from .sites import Site
+
+HOOKABLE = (nn.Module, Site)       # what has events: a module, or a site inside a forward (sites.py)
 
 
 class ForwardEvents:
@@ -30,7 +33,7 @@ class ForwardEvents:
     def read(self, task, request):
         module = self._module(task, request)
         use = self.uses[request.use]
-        if not isinstance(module, nn.Module):
+        if not isinstance(module, HOOKABLE):
             return True, getattr(module, use.kind)
         key = (id(module), use.kind)
         if key in self.values:
@@ -49,7 +52,7 @@ class ForwardEvents:
     def write(self, task, request):
         module = self._module(task, request)
         use = self.uses[request.use]
-        if not isinstance(module, nn.Module):
+        if not isinstance(module, HOOKABLE):
             setattr(module, use.kind, request.value)
             return True, None
         key = (id(module), use.kind)
@@ -112,7 +115,7 @@ class ForwardEvents:
             except Exception:
                 continue      # the statement itself will report it, on its own line
             for module in (elements(found) if target.every_element else (found,)):
-                if isinstance(module, nn.Module):
+                if isinstance(module, HOOKABLE):
                     self.hook(module, target.kind)
 
     def hook(self, module: nn.Module, kind: str) -> bool:

@@ -25,6 +25,7 @@ from .hookset import HookSet
 from ..compile.program import Backward, GradRead, GradWrite, Program, Read, Write
 from .result import Result, SavedValues, grad_pairs
 from .scheduler import Scheduler
+from .sites import source_of
 
 _local = threading.local()          # per thread: the runtimes now running, innermost last
 _tracing: dict = {}                 # id(model) -> id of the thread whose runs trace it
@@ -48,6 +49,7 @@ class Runtime:
     nothing outside it: everything the run touches is taken and given back inside `_run`."""
     # The request types compiled code builds, as `__nbgrad__.Read(...)`.
     Read, Write, GradRead, GradWrite, Backward = Read, Write, GradRead, GradWrite, Backward
+    source_of = staticmethod(source_of)      # `M.source` in the cell (compile/siteaccess.py)
 
     def __init__(self, program: Program, namespace: dict, model: nn.Module | None = None,
                  no_grad: bool = False, rows=None):
