@@ -65,8 +65,12 @@ class Site:
 
     def _add(self, hooks: dict, hook):
         handle = _Handle(self, hooks)
-        hooks[id(handle)] = hook
-        self.table.root.acquire(handle)
+        try:
+            hooks[id(handle)] = hook
+            self.table.root.acquire(handle)
+        except BaseException:       # an interrupt before the caller holds the handle: nobody else could remove it
+            handle.remove()
+            raise
         return handle
 
     def busy(self) -> bool:
