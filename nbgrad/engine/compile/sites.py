@@ -22,7 +22,7 @@ BIND = "__nbgrad_bind__"          # the identity an assignment's value passes th
 _SHELL = "__nbgrad_shell__"
 
 
-class NoSourceError(NbgradError, TypeError):
+class NoSourceError(NbgradError):
     """A forward (or a called function) whose Python source cannot be read."""
 
 

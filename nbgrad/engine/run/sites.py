@@ -16,7 +16,7 @@ import weakref
 from torch import nn
 
 from ...errors import NbgradError
-from ..compile.sites import innermost, rewrap, rewritten, site_code
+from ..compile.sites import NoSourceError, innermost, rewrap, rewritten, site_code
 
 
 class SiteError(NbgradError, LookupError):
@@ -209,7 +209,8 @@ def _body(module: nn.Module):
         return own.__func__
     forward = type(module).forward
     if not isinstance(forward, types.FunctionType):
-        raise SiteError(f"{type(module).__name__}.forward is not a Python function: nbgrad cannot open its source")
+        raise NoSourceError(f"{type(module).__name__}.forward has no Python source (a builtin or C function): "
+                            f"nbgrad can only open the source of a forward written in Python")
     return forward
 
 
