@@ -9,8 +9,9 @@ from ...errors import hints
 from ...errors import OrderError
 from .moduletree import compiled_inner
 from .sites import Site
+from .skips import SkipGate, skipped_around
 
-HOOKABLE = (nn.Module, Site)       # what has events: a module, or a site inside a forward (sites.py)
+HOOKABLE = (nn.Module, Site, SkipGate)   # what has events: a module, a site inside a forward, a skip
 
 
 class ForwardEvents:
@@ -99,6 +100,10 @@ class ForwardEvents:
         use = self.uses[request.use]
         module = self.resolve(request.module, request.use)
         late = (id(module), use.kind) in self.late_hooks
+        skipped = skipped_around(module)
+        if skipped is not None:
+            return OrderError(f"{use.target}.{use.kind} never came: {type(skipped).__name__} was skipped "
+                              f"(`.skip(...)`), so nothing inside it ran", use.line)
         return OrderError(diagnose.never_ran(use, module, self.runtime.model, after_forward=False, late=late),
                           use.line)
 

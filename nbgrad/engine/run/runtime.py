@@ -26,6 +26,7 @@ from ..compile.program import Backward, GradRead, GradWrite, Program, Read, Writ
 from .result import Result, SavedValues, grad_pairs
 from .scheduler import Scheduler
 from .sites import source_of
+from .skips import skip_of
 
 _local = threading.local()          # per thread: the runtimes now running, innermost last
 _tracing: dict = {}                 # id(model) -> id of the thread whose runs trace it
@@ -50,6 +51,7 @@ class Runtime:
     # The request types compiled code builds, as `__nbgrad__.Read(...)`.
     Read, Write, GradRead, GradWrite, Backward = Read, Write, GradRead, GradWrite, Backward
     source_of = staticmethod(source_of)      # `M.source` in the cell (compile/siteaccess.py)
+    skip_of = staticmethod(skip_of)          # `M.skip(v)` in the cell
 
     def __init__(self, program: Program, namespace: dict, model: nn.Module | None = None,
                  no_grad: bool = False, rows=None):

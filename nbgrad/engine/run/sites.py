@@ -16,6 +16,7 @@ import weakref
 from torch import nn
 
 from ...errors import NbgradError
+from .skips import gate_in_place
 from ..compile.sites import NoSourceError, innermost, rewrap, rewritten, site_code
 
 
@@ -147,8 +148,12 @@ class ModuleSource(SiteTable):
         if self.given is None and module is not None:
             inner, peeled = innermost(self.body)
             bound = types.MethodType(rewrap(peeled, rewritten(inner, self.dispatch)), module)
-            self.given = (module.__dict__.get("forward", _ABSENT), bound)
-            module.__dict__["forward"] = bound
+            gate = gate_in_place(module)
+            self.given = (gate or module.__dict__.get("forward", _ABSENT), bound)
+            if gate is not None:            # M.skip(v) in the same cell: the gate stays outermost
+                gate.inner = bound
+            else:
+                module.__dict__["forward"] = bound
 
     def release(self, handle) -> None:
         self.holders.discard(id(handle))
@@ -156,7 +161,9 @@ class ModuleSource(SiteTable):
             return
         module = self.module_ref()
         before, ours = self.given
-        if module is not None and module.__dict__.get("forward") is ours:
+        if getattr(before, "inner", None) is ours:
+            before.inner = None
+        elif module is not None and module.__dict__.get("forward") is ours:
             if before is _ABSENT:
                 del module.__dict__["forward"]
             else:
@@ -205,7 +212,7 @@ class CalleeSource(SiteTable):
 def _body(module: nn.Module):
     """The forward function M runs: an instance forward that is M's own bound method, else the class's."""
     own = module.__dict__.get("forward")
-    if isinstance(own, types.MethodType) and own.__self__ is module:
+    if isinstance(own, types.MethodType) and own.__self__ is module and gate_in_place(module) is None:
         return own.__func__
     forward = type(module).forward
     if not isinstance(forward, types.FunctionType):
