@@ -78,7 +78,9 @@ def _figure(grid: torch.Tensor, tokens: list, title: str, signed: bool) -> bytes
                           interpolation="nearest", aspect="equal")
         ax.set_title(f"head {head}", fontsize=8)
         ax.set_xticks(range(keys), [t.replace("$", r"\$") for t in tokens[-keys:]], rotation=90, fontsize=6)
-        ax.set_yticks(range(queries), [t.replace("$", r"\$") for t in tokens[-queries:]], fontsize=6)
+        first_column = head % columns == 0          # query labels once per row of heads: they would overlap
+        ax.set_yticks(range(queries), [t.replace("$", r"\$") if first_column else "" for t in tokens[-queries:]],
+                      fontsize=6)
     fig.colorbar(image, ax=fig.axes, fraction=0.02, pad=0.02).ax.tick_params(labelsize=7)
     if title:
         fig.suptitle(title.replace("$", r"\$"), fontsize=9)
