@@ -8,7 +8,7 @@ from ...errors import diagnose
 from ...errors import hints
 from ...errors import OrderError
 from .moduletree import compiled_inner
-from .sites import Site
+from .sites import NoSourceError, Site, SiteError
 from .skips import SkipGate, skipped_around
 
 HOOKABLE = (nn.Module, Site, SkipGate)   # what has events: a module, a site inside a forward, a skip
@@ -89,6 +89,8 @@ class ForwardEvents:
         """The module a request names, or an error that says which step of its path is not in the model."""
         try:
             module = thunk()
+        except (SiteError, NoSourceError) as error:     # `M.source.NAME`: the message, with the cell's line
+            raise type(error)(error.detail, error.line or self.uses[use_id].line) from None
         except (AttributeError, IndexError, KeyError, TypeError) as error:
             raise diagnose.module_path_error(self.uses[use_id], self.runtime.ns, error) from error
         if type(module).__name__ == "OptimizedModule":     # `model.output` of a torch.compile'd model
