@@ -126,7 +126,11 @@ def test_a_module_defined_in_a_notebook_cell(shell):
                    "        y = self.inner(x)\n"
                    "        return y * 2\n"
                    "cellmodel = Scaled()\nxs = torch.randn(2, 3)", store_history=True)
-    assert shell.run_cell("%source cellmodel").success
+    from IPython.utils.capture import capture_output
+    with capture_output() as printed:
+        assert shell.run_cell("%source cellmodel").success
+    assert "Scaled.forward (sites: 2)" in printed.stdout
+    assert any("self_inner_0, y_0" in line and "y = self.inner(x)" in line for line in printed.stdout.splitlines())
     result = shell.run_cell("%%trace cellmodel xs -q\n"
                             "y = cellmodel.source.self_inner_0.output.clone().save()\n"
                             "cellmodel.source.y_0.output[:] = 1\n"

@@ -56,12 +56,15 @@ def test_a_call_site_output_is_the_submodules_hook_output(family):
     model = build()
     seen = {}
     handle = model.get_submodule(path).get_submodule(child).register_forward_hook(
-        lambda m, a, out: seen.setdefault("out", out))
+        lambda m, a, out: seen.update(out=out, given=a))
     model(inputs)
     handle.remove()
     namespace = run(model, inputs, f"got = {expression(path)}.source.{site}.output.save()\n"
-                                   f"given = {expression(path)}.source.{site}.input.save()")
+                                   f"given = {expression(path)}.source.{site}.input.save()\n"
+                                   f"args, kwargs = {expression(path)}.source.{site}.inputs\n"
+                                   f"n_args = len(args)")
     assert torch.equal(namespace["got"], seen["out"])
+    assert torch.equal(namespace["given"], seen["given"][0]) and namespace["n_args"] == len(seen["given"])
     assert_untouched(model)
     assert type(model.get_submodule(path)).forward is type(model.get_submodule(path)).__dict__["forward"]
 
@@ -180,4 +183,13 @@ def test_modules_not_named_keep_the_class_forward_during_the_run():
         handle.remove()
     assert forwards["other"].__func__ is type(model.transformer.h[1].attn).forward
     assert forwards["named"].__func__ is not type(model.transformer.h[0].attn).forward
+    assert_untouched(model)
+
+
+def test_a_cell_that_names_no_site_opens_no_forward():
+    from nbgrad.engine.run import sites
+    model = FAMILIES["gpt2"][0]()
+    run(model, FAMILIES["gpt2"][4], "hs = model.transformer.h[0].attn.output[0].save()\n"
+                                    "model.transformer.h[1].output[:] *= 2")
+    assert not [m for m in model.modules() if m in sites._tables]
     assert_untouched(model)
