@@ -124,8 +124,10 @@ def is_path(expr: ast.expr, names: frozenset | None = None) -> bool:
 
 
 def _opens_source(expr: ast.expr) -> bool:
-    return (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in ("source_of", "skip_of")
-            and isinstance(expr.func.value, ast.Name) and expr.func.value.id == "__nbgrad__" and len(expr.args) == 1)
+    """`__nbgrad__.source_of(X)` / `__nbgrad__.skip_of(X)`, what `X.source` and `X.skip(v)` compile to."""
+    return (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute)
+            and expr.func.attr in ("source_of", "skip_of") and isinstance(expr.func.value, ast.Name)
+            and expr.func.value.id == "__nbgrad__" and len(expr.args) == 1)
 
 
 # --- nodes the rewrite builds -----------------------------------------------------------------
