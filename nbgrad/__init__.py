@@ -6,13 +6,15 @@ from .generation import GenerationResult, generate
 from .models import load_model, processor_for, tokenizer_for
 from .engine.run.result import Result
 from .engine.run.cache import Cache
+from .engine.run.listing import listing as source
+from .views.attention import attention_pattern
 
 __version__ = "0.1.0"
 
 __all__ = ["load_model", "tokenizer_for", "processor_for", "trace", "backward", "generate", "save", "show", "Result",
            "Cache", "run_with_cache",
            "GenerationResult", "attribute", "attribution_patching", "Attribution", "NbgradError", "GradError",
-           "InputError", "ModulePathError", "OrderError", "__version__"]
+           "InputError", "ModulePathError", "OrderError", "source", "attention_pattern", "__version__"]
 
 
 def load_ipython_extension(ipython):

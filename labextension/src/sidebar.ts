@@ -14,6 +14,7 @@ import {
 import { Kernel } from '@jupyterlab/services';
 import { treeViewIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
+import { isSitesReply, showSites } from './sites';
 
 export interface IModuleNode {
   name: string;
@@ -134,7 +135,11 @@ export class ModelExplorer extends Widget {
     this.commKernel = kernel;
     comm.onMsg = msg => {
       answered = true;
-      this.showModels(msg.content.data as any);
+      const data = msg.content.data as any;
+      if (isSitesReply(data)) {
+        return showSites(this.tree, data, text => this.insert(text));
+      }
+      this.showModels(data);
     };
     comm.onClose = () => {
       if (!answered) {
@@ -181,6 +186,14 @@ export class ModelExplorer extends Widget {
     button.dataset.path = node.path;
     button.addEventListener('click', () => this.insert(`${node.path}.output`));
     row.appendChild(button);
+    row.dataset.path = node.path;
+    const sites = el('button', 'nbgrad-sites-button', 'sites') as HTMLButtonElement;
+    sites.title = `list the sites inside ${node.type}.forward (M.source)`;
+    sites.addEventListener('click', event => {
+      event.preventDefault(); // inside a <summary>: do not fold the branch
+      this.comm?.send({ request: 'sites', path: node.path });
+    });
+    row.appendChild(sites);
     row.appendChild(el('span', 'nbgrad-type', node.type));
     row.appendChild(el('span', 'nbgrad-params', `${count(node.total)} params`));
     if (node.lazy) {

@@ -10,9 +10,10 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 from ..errors.naming import module_path
+from .comm_sites import sites_reply
 
 TARGET = "nbgrad"
-REQUESTS = ("models", "ping")
+REQUESTS = ("models", "ping", "sites")
 MAX_NODES = 5000
 MAX_KEYS_SHOWN, MAX_KEY_CHARS = 5, 40     # an error reply names a few unknown keys, each cut short
 
@@ -61,7 +62,7 @@ def answer(data, namespace: dict) -> dict:
     """The reply to one message: the model tree, a pong, or an error that says what was wrong."""
     if not isinstance(data, dict):
         return {"error": "a message must be a JSON object like {\"request\": \"models\"}"}
-    unknown = sorted(str(key)[:MAX_KEY_CHARS] for key in set(data) - {"request", "id"})
+    unknown = sorted(str(key)[:MAX_KEY_CHARS] for key in set(data) - {"request", "id", "path"})
     if unknown:
         more = f" and {len(unknown) - MAX_KEYS_SHOWN} more" if len(unknown) > MAX_KEYS_SHOWN else ""
         return {"error": f"unknown keys: {', '.join(unknown[:MAX_KEYS_SHOWN])}{more}"}
@@ -72,6 +73,8 @@ def answer(data, namespace: dict) -> dict:
         return {"error": "id must be a short string or number"}
     if request == "ping":
         return {"reply": "pong", "id": ident}
+    if request == "sites":          # the sites of one module's forward, when the sidebar is asked for them
+        return sites_reply(data.get("path"), ident, namespace)
     return {"reply": "models", "id": ident, "models": models_in(namespace)}
 
 

@@ -270,6 +270,8 @@ def _explain_unsaved(shell, etype, value, tb, tb_offset=None):
 
 def load(ipython) -> None:
     ipython.register_magics(NbgradMagics)
+    from .magic_source import SourceMagics
+    ipython.register_magics(SourceMagics)
     ipython.set_custom_exc((NameError,), _explain_unsaved)
     from . import comm
     comm.register(ipython)

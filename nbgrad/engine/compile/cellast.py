@@ -112,6 +112,8 @@ def is_path(expr: ast.expr, names: frozenset | None = None) -> bool:
         return names is None or expr.id in names
     if isinstance(expr, ast.Attribute):
         return expr.attr not in EVENT_ATTRS and is_path(expr.value, names)
+    if _opens_source(expr):          # `M.source` (compile/siteaccess.py): a site is hooked early like a module
+        return is_path(expr.args[0], names)
     if isinstance(expr, ast.Subscript):
         index = expr.slice
         if isinstance(index, ast.UnaryOp) and isinstance(index.op, ast.USub):
@@ -119,6 +121,13 @@ def is_path(expr: ast.expr, names: frozenset | None = None) -> bool:
         by_name = names is not None and isinstance(index, ast.Name) and index.id in names
         return (isinstance(index, ast.Constant) or by_name) and is_path(expr.value, names)
     return False
+
+
+def _opens_source(expr: ast.expr) -> bool:
+    """`__nbgrad__.source_of(X)` / `__nbgrad__.skip_of(X)`, what `X.source` and `X.skip(v)` compile to."""
+    return (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute)
+            and expr.func.attr in ("source_of", "skip_of") and isinstance(expr.func.value, ast.Name)
+            and expr.func.value.id == "__nbgrad__" and len(expr.args) == 1)
 
 
 # --- nodes the rewrite builds -----------------------------------------------------------------

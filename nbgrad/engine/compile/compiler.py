@@ -21,6 +21,7 @@ from .loops import is_module_iterable, loop_filters
 from .graph import BackwardPass, EventUse, HookGraph, Node
 from .program import TEMP_PREFIX, CompiledNode, Invoke, Program, Target
 from .rewrite import Rewriter
+from .siteaccess import open_sources
 
 _serial = 0
 
@@ -39,7 +40,7 @@ def compile_cell(source: str, mode: str = "trace", helpers: tuple = ()) -> Progr
     except SyntaxError as error:
         error.filename = filename
         raise
-    return _Builder(source, mode, filename, helpers).build(module.body)
+    return _Builder(source, mode, filename, helpers).build(open_sources(module).body)
 
 
 class _Builder:
@@ -47,7 +48,7 @@ class _Builder:
 
     def __init__(self, source: str, mode: str, filename: str, helpers: tuple = ()):
         self.source = source
-        self.helpers = {name: ast.parse(text).body[0] for name, text in helpers}   # name -> its `def`
+        self.helpers = {name: open_sources(ast.parse(text)).body[0] for name, text in helpers}   # name -> its `def`
         self.mode = mode
         self.filename = filename
         self.uses: list = []             # EventUse by use id

@@ -12,6 +12,10 @@ from ...errors import hints
 from ...errors import OrderError
 from .moduletree import compiled_inner
 from .stopping import StopRun, never_came_after_stop
+from .sites import NoSourceError, Site, SiteError
+from .skips import SkipGate, skipped_around
+
+HOOKABLE = (nn.Module, Site, SkipGate)   # what has events: a module, a site inside a forward, a skip
 
 
 class ForwardEvents:
@@ -37,7 +41,7 @@ class ForwardEvents:
     def read(self, task, request):
         module = self._module(task, request)
         use = self.uses[request.use]
-        if not isinstance(module, nn.Module):
+        if not isinstance(module, HOOKABLE):
             return True, getattr(module, use.kind)
         key = (id(module), use.kind)
         if key in self.values:
@@ -56,7 +60,7 @@ class ForwardEvents:
     def write(self, task, request):
         module = self._module(task, request)
         use = self.uses[request.use]
-        if not isinstance(module, nn.Module):
+        if not isinstance(module, HOOKABLE):
             setattr(module, use.kind, request.value)
             return True, None
         key = (id(module), use.kind)
@@ -95,6 +99,8 @@ class ForwardEvents:
         """The module a request names, or an error that says which step of its path is not in the model."""
         try:
             module = thunk()
+        except (SiteError, NoSourceError) as error:     # `M.source.NAME`: the message, with the cell's line
+            raise type(error)(error.detail, error.line or self.uses[use_id].line) from None
         except (AttributeError, IndexError, KeyError, TypeError) as error:
             raise diagnose.module_path_error(self.uses[use_id], self.runtime.ns, error) from error
         if type(module).__name__ == "OptimizedModule":     # `model.output` of a torch.compile'd model
@@ -109,6 +115,10 @@ class ForwardEvents:
             return never_came_after_stop(use, diagnose.module_path(self.runtime.model, module) or use.target,
                                          self.runtime.stopped_at)
         late = (id(module), use.kind) in self.late_hooks
+        skipped = skipped_around(module)
+        if skipped is not None:
+            return OrderError(f"{use.target}.{use.kind} never came: {type(skipped).__name__} was skipped "
+                              f"(`.skip(...)`), so nothing inside it ran", use.line)
         return OrderError(diagnose.never_ran(use, module, self.runtime.model, after_forward=False, late=late),
                           use.line)
 
@@ -127,7 +137,7 @@ class ForwardEvents:
             if target.keep is not None and not isinstance(found, (dict, nn.ModuleDict)):
                 found = kept_elements(found, types.FunctionType(target.keep, namespace))
             for module in (elements(found) if target.every_element else (found,)):
-                if isinstance(module, nn.Module):
+                if isinstance(module, HOOKABLE):
                     self.hook(module, target.kind)
 
     def watch(self, module: nn.Module, kind: str, callback, drop_values: bool = False,

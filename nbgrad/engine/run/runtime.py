@@ -27,6 +27,8 @@ from .result import Result, SavedValues, grad_pairs
 from .scheduler import Scheduler
 from .caching import start_cache
 from .stopping import StopRun, request_stop
+from .sites import source_of
+from .skips import skip_of
 
 _local = threading.local()          # per thread: the runtimes now running, innermost last
 _tracing: dict = {}                 # id(model) -> id of the thread whose runs trace it
@@ -50,6 +52,8 @@ class Runtime:
     nothing outside it: everything the run touches is taken and given back inside `_run`."""
     # The request types compiled code builds, as `__nbgrad__.Read(...)`.
     Read, Write, GradRead, GradWrite, Backward = Read, Write, GradRead, GradWrite, Backward
+    source_of = staticmethod(source_of)      # `M.source` in the cell (compile/siteaccess.py)
+    skip_of = staticmethod(skip_of)          # `M.skip(v)` in the cell
 
     def __init__(self, program: Program, namespace: dict, model: nn.Module | None = None,
                  no_grad: bool = False, rows=None):

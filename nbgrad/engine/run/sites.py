@@ -1,0 +1,239 @@
+"""`M.source.SITE`: sites inside a forward, hookable like modules.
+
+A Site offers `register_forward_pre_hook` / `register_forward_hook` with nn.Module's signatures, so the
+runtime hooks it exactly as it hooks a module (same HookSet, same events, same order and invoke rules).
+While any site of a module holds a hook, the module's instance `forward` is a rewritten copy of its
+forward whose every call and assignment goes through its sites (see compile/sites.py); the handle that
+removes the last hook gives the instance its own forward back. No hook, no copy: runs that name no site
+run the class's forward untouched.
+"""
+from __future__ import annotations
+
+import difflib
+import types
+import weakref
+
+from torch import nn
+
+from ...errors import NbgradError
+from .skips import gate_in_place
+from ..compile.sites import NoSourceError, innermost, rewrap, rewritten, site_code
+
+
+class SiteError(NbgradError, LookupError):
+    """A site name the forward does not have, or a site that cannot be used the way the cell asks."""
+
+
+def nearest(name: str, names) -> str:
+    close = difflib.get_close_matches(name, list(names), n=6, cutoff=0.5)
+    return ", ".join(close or list(names)[:12]) or "(none)"
+
+
+class _Handle:
+    """Removes one site hook; safe to call twice, and again after an interrupt cut it short."""
+
+    def __init__(self, site: "Site", hooks: dict):
+        self.site, self.hooks = site, hooks
+
+    def remove(self):
+        self.hooks.pop(id(self), None)
+        self.site.table.root.release(self)
+
+
+class Site:
+    """One call or assignment in a forward. `.source` opens the function the call calls."""
+
+    def __init__(self, table: "SiteTable", name: str):
+        self.table, self.name = table, name
+        self.pre: dict = {}            # handle id -> hook(site, args, kwargs)
+        self.post: dict = {}           # handle id -> hook(site, args, output)
+        self.inner: CalleeSource | None = None
+
+    @property
+    def source(self) -> "CalleeSource":
+        if self.inner is None:
+            self.inner = CalleeSource(self)
+        return self.inner
+
+    def __repr__(self):
+        return f"<site {self.table.label}.{self.name}>"
+
+    def register_forward_pre_hook(self, hook, *, with_kwargs: bool = False, prepend: bool = False):
+        return self._add(self.pre, hook, prepend)
+
+    def register_forward_hook(self, hook, *, prepend: bool = False):
+        return self._add(self.post, hook, prepend)
+
+    def _add(self, hooks: dict, hook, prepend: bool):
+        handle = _Handle(self, hooks)
+        try:
+            hooks[id(handle)] = hook
+            if prepend:         # first to see the value, as torch's prepend (a cache sees it before edits)
+                for key in [k for k in hooks if k != id(handle)]:
+                    hooks[key] = hooks.pop(key)
+            self.table.root.acquire(handle)
+        except BaseException:       # an interrupt before the caller holds the handle: nobody else could remove it
+            handle.remove()
+            raise
+        return handle
+
+    def busy(self) -> bool:
+        return bool(self.pre or self.post or (self.inner is not None and self.inner.sites_busy()))
+
+    def fire(self, callee, args: tuple, kwargs: dict):
+        for hook in list(self.pre.values()):
+            replaced = hook(self, args, kwargs)
+            if replaced is not None:
+                args, kwargs = replaced
+        if self.inner is not None and self.inner.sites_busy():
+            callee = self.inner.opened(callee)
+        output = callee(*args, **kwargs)
+        for hook in list(self.post.values()):
+            replaced = hook(self, args, output)
+            if replaced is not None:
+                output = replaced
+        return output
+
+
+class SiteTable:
+    """The sites of one function, by name; `dispatch` is what its rewritten copy calls at every site."""
+    root: "ModuleSource"
+    label: str
+
+    def __init__(self):
+        self.sites: dict = {}
+
+    def site(self, name: str) -> Site:
+        if name not in self.sites:
+            self.sites[name] = Site(self, name)
+        return self.sites[name]
+
+    def sites_busy(self) -> bool:
+        return any(site.busy() for site in self.sites.values())
+
+    def dispatch(self, name, callee, *args, **kwargs):
+        site = self.sites.get(name)
+        if site is None or not site.busy():
+            return callee(*args, **kwargs)
+        return site.fire(callee, args, kwargs)
+
+
+class ModuleSource(SiteTable):
+    """`M.source`: the sites of M's forward, known from its source before anything runs."""
+
+    def __init__(self, module: nn.Module, label: str | None = None):
+        super().__init__()
+        self.module_ref = weakref.ref(module)
+        self.label = label or f"{type(module).__name__}.source"
+        self.root = self
+        self.body = _body(module)
+        self.names = site_code(innermost(self.body)[0]).names
+        self.holders: set = set()      # ids of live handles on any site below
+        self.given: tuple | None = None   # (what the instance dict held under `forward`, what we put there)
+
+    def __getattr__(self, name: str) -> Site:
+        if name.startswith("_") and name not in self.names:
+            raise AttributeError(name)
+        if name not in self.names:
+            raise SiteError(f"{self.label} has no site {name!r}; nearest: {nearest(name, self.names)}. "
+                            f"`%source` lists them all")
+        return self.site(name)
+
+    def __dir__(self):
+        return list(self.names)
+
+    def __iter__(self):
+        return (self.site(name) for name in self.names)
+
+    def acquire(self, handle) -> None:
+        self.holders.add(id(handle))
+        module = self.module_ref()
+        if self.given is None and module is not None:
+            inner, peeled = innermost(self.body)
+            bound = types.MethodType(rewrap(peeled, rewritten(inner, self.dispatch)), module)
+            gate = gate_in_place(module)
+            self.given = (gate or module.__dict__.get("forward", _ABSENT), bound)
+            if gate is not None:            # M.skip(v) in the same cell: the gate stays outermost
+                gate.inner = bound
+            else:
+                module.__dict__["forward"] = bound
+
+    def release(self, handle) -> None:
+        self.holders.discard(id(handle))
+        if self.holders or self.given is None:
+            return
+        module = self.module_ref()
+        before, ours = self.given
+        if getattr(before, "inner", None) is ours:
+            before.inner = None
+        elif module is not None and module.__dict__.get("forward") is ours:
+            if before is _ABSENT:
+                del module.__dict__["forward"]
+            else:
+                module.__dict__["forward"] = before
+        self.given = None
+
+
+_ABSENT = object()
+
+
+class CalleeSource(SiteTable):
+    """`SITE.source`: the sites of the function a call site calls. The callee is known only when the call
+    runs (an attention function picked at run time), so names are checked then."""
+
+    def __init__(self, parent: Site):
+        super().__init__()
+        self.parent = parent
+        self.root = parent.table.root
+        self.label = f"{parent.table.label}.{parent.name}.source"
+        self.copies: dict = {}          # code object of a callee -> its rewritten copy
+
+    def __getattr__(self, name: str) -> Site:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self.site(name)
+
+    def opened(self, callee):
+        """The callee with its sites routed through this table (built once per function)."""
+        if isinstance(callee, nn.Module):
+            raise SiteError(f"{self.label}: {self.parent.name} calls a module ({type(callee).__name__}); use that "
+                            f"module's own `.source`")
+        receiver = getattr(callee, "__self__", None) if isinstance(callee, types.MethodType) else None
+        function = callee.__func__ if receiver is not None else callee
+        inner, peeled = innermost(function)
+        names = site_code(inner).names
+        unknown = [name for name in self.sites if name not in names and self.sites[name].busy()]
+        if unknown:
+            raise SiteError(f"{self.label} has no site {unknown[0]!r}; nearest: {nearest(unknown[0], names)}")
+        key = inner.__code__
+        if key not in self.copies:
+            self.copies[key] = rewrap(peeled, rewritten(inner, self.dispatch))
+        made = self.copies[key]
+        return types.MethodType(made, receiver) if receiver is not None else made
+
+
+def _body(module: nn.Module):
+    """The forward function M runs: an instance forward that is M's own bound method, else the class's."""
+    own = module.__dict__.get("forward")
+    if isinstance(own, types.MethodType) and own.__self__ is module and gate_in_place(module) is None:
+        return own.__func__
+    forward = type(module).forward
+    if not isinstance(forward, types.FunctionType):
+        raise NoSourceError(f"{type(module).__name__}.forward has no Python source (a builtin or C function): "
+                            f"nbgrad can only open the source of a forward written in Python")
+    return forward
+
+
+_tables: "weakref.WeakKeyDictionary[nn.Module, ModuleSource]" = weakref.WeakKeyDictionary()
+
+
+def source_of(target):
+    """`X.source` in a cell: the sites of a module's forward, of a call site's callee, or X's own `.source`."""
+    if isinstance(target, nn.Module):
+        table = _tables.get(target)
+        if table is None or (table.given is None and table.body is not _body(target)):
+            table = _tables[target] = ModuleSource(target)
+        return table
+    if isinstance(target, Site):
+        return target.source
+    return target.source

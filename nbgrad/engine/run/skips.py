@@ -1,0 +1,129 @@
+"""`M.skip(v)`: M does not run, `v` is its output (nnsight's `.skip`).
+
+The cell's `M.skip(v)` compiles to a write of the `output` event of M's SkipGate (compile/siteaccess.py).
+The gate is hookable like a module: while it holds a hook, M's instance `forward` is the gate, which
+fires the event with nothing in it; a statement that writes the event supplies M's output and M's own
+forward is not called. With no write (the statement did not run for this call), M runs as usual.
+"""
+from __future__ import annotations
+
+import types
+import weakref
+
+from torch import nn
+
+from ...errors import NbgradError
+
+NOT_SKIPPED = None        # what the gate's event holds until a statement writes the output
+
+
+class SkipGate:
+    def __init__(self, module: nn.Module):
+        self.module_ref = weakref.ref(module)
+        self.hooks: dict = {}
+        self.given: tuple | None = None     # (what the instance dict held under `forward`, the gate we put there)
+        self.skipped = False                # M was skipped in the run now going on (for the error after)
+        self.inner = None                   # M's forward with its sites, when a cell names both (sites.py)
+
+    def __repr__(self):
+        module = self.module_ref()
+        return f"<skip of {type(module).__name__}>"
+
+    def register_forward_pre_hook(self, hook, *, with_kwargs: bool = False, prepend: bool = False):
+        raise NbgradError("a skipped module has no input event of its own: read the module's .input instead")
+
+    def register_forward_hook(self, hook, *, prepend: bool = False):
+        handle = _GateHandle(self)
+        try:
+            self.hooks[id(handle)] = hook
+            if prepend:         # first to see the value, as torch's prepend
+                for key in [k for k in self.hooks if k != id(handle)]:
+                    self.hooks[key] = self.hooks.pop(key)
+            self._bind()
+        except BaseException:       # an interrupt before the caller holds the handle
+            handle.remove()
+            raise
+        return handle
+
+    def _bind(self):
+        module = self.module_ref()
+        if self.given is None and module is not None:
+            gate = types.MethodType(_gate_forward, module)
+            self.skipped = False
+            self.given = (module.__dict__.get("forward", _ABSENT), gate)
+            module.__dict__["forward"] = gate
+
+    def release(self, handle):
+        self.hooks.pop(id(handle), None)
+        if self.hooks or self.given is None:
+            return
+        module = self.module_ref()
+        before, ours = self.given
+        if module is not None and module.__dict__.get("forward") is ours:
+            if before is _ABSENT:
+                del module.__dict__["forward"]
+            else:
+                module.__dict__["forward"] = before
+        self.given = None
+
+    def run(self, module, args, kwargs):
+        output = NOT_SKIPPED
+        for hook in list(self.hooks.values()):
+            replaced = hook(self, args, output)
+            if replaced is not None:
+                output = replaced
+        if output is not NOT_SKIPPED:
+            self.skipped = True
+            return output
+        before = self.given[0] if self.given is not None else _ABSENT
+        forward = self.inner or (before if before is not _ABSENT else types.MethodType(type(module).forward, module))
+        return forward(*args, **kwargs)
+
+
+_ABSENT = object()
+
+
+class _GateHandle:
+    def __init__(self, gate: SkipGate):
+        self.gate = gate
+
+    def remove(self):
+        self.gate.release(self)
+
+
+def _gate_forward(module, *args, **kwargs):
+    return _gates[module].run(module, args, kwargs)
+
+
+_gates: "weakref.WeakKeyDictionary[nn.Module, SkipGate]" = weakref.WeakKeyDictionary()
+
+
+def gate_in_place(module: nn.Module) -> "SkipGate | None":
+    """The skip gate that is M's instance forward now, if any."""
+    own = module.__dict__.get("forward")
+    return _gates.get(module) if getattr(own, "__func__", None) is _gate_forward else None
+
+
+def skip_of(target) -> SkipGate:
+    """`M.skip(v)` in a cell: the gate whose output event a statement writes."""
+    if not isinstance(target, nn.Module):
+        raise NbgradError(f"`.skip(v)` skips a module; {type(target).__name__} is not one")
+    if target not in _gates:
+        _gates[target] = SkipGate(target)
+    return _gates[target]
+
+
+def skipped_around(module_or_site) -> "nn.Module | None":
+    """The skipped module that contains `module_or_site` in this run, if any (for 'never came' errors)."""
+    owner = module_or_site
+    table = getattr(module_or_site, "table", None)
+    if table is not None:
+        owner = table.root.module_ref()
+    for module, gate in list(_gates.items()):
+        if gate.skipped and gate.given is not None and (owner is module or _inside(owner, module)):
+            return module
+    return None
+
+
+def _inside(inner, outer) -> bool:
+    return isinstance(inner, nn.Module) and any(m is inner for m in outer.modules())

@@ -1,0 +1,61 @@
+"""`M.skip(v)`: M does not run and `v` is its output, against a forward patched by hand to return `v`."""
+import pytest
+import torch
+
+import nbgrad
+from helpers import hook_count
+from sitemodels import FAMILIES
+
+# family -> (the module skipped, a module inside it, the module whose output makes v)
+SKIPS = {"gpt2": ("transformer.h[0].mlp", "transformer.h[0].mlp.c_fc", "transformer.h[0].ln_2"),
+         "llama": ("model.layers[0].mlp", "model.layers[0].mlp.gate_proj", "model.layers[0].post_attention_layernorm"),
+         "plain": ("body", "body.fc1", None)}
+
+
+def module_at(model, text):
+    return eval("model." + text, {"model": model})
+
+
+@pytest.mark.parametrize("family", sorted(SKIPS))
+def test_skip_is_a_forward_that_returns_v(family):
+    build, _, _, _, inputs = FAMILIES[family]
+    model = build()
+    skipped, inner, source = SKIPS[family]
+    v = f"model.{source}.output * 3" if source else "torch.full((2, 3), 0.5)"
+    namespace = {"model": model, "torch": torch}
+    nbgrad.trace(model, inputs, f"model.{skipped}.skip({v})\nout = model.output.save()", namespace=namespace)
+    got = namespace["out"].logits if family != "plain" else namespace["out"]
+    assert "forward" not in vars(module_at(model, skipped)) and hook_count(model) == 0
+
+    calls = []
+    module_at(model, inner).register_forward_hook(lambda *a: calls.append(1))
+    if source:
+        kept = {}
+        module_at(model, source).register_forward_hook(lambda m, a, out: kept.update(v=out * 3))
+        module_at(model, skipped).forward = lambda *a, **k: kept["v"]
+    else:
+        module_at(model, skipped).forward = lambda *a, **k: torch.full((2, 3), 0.5)
+    expected = model(inputs)
+    expected = expected.logits if family != "plain" else expected
+    assert torch.equal(got, expected)
+    assert not calls                                   # the hand-patched forward skipped the module too
+    del module_at(model, skipped).forward
+
+
+def test_reading_inside_a_skipped_module_is_an_error():
+    model = FAMILIES["gpt2"][0]()
+    namespace = {"model": model, "torch": torch}
+    for inner in ("model.transformer.h[0].mlp.c_fc.output", "model.transformer.h[0].mlp.source.self_c_fc_0.output"):
+        with pytest.raises(nbgrad.OrderError, match="GPT2MLP was skipped .*so nothing inside it ran"):
+            nbgrad.trace(model, FAMILIES["gpt2"][4], f"model.transformer.h[0].mlp.skip(torch.zeros(1, 6, 32))\n"
+                                                     f"x = {inner}.save()", namespace=namespace)
+        assert not [m for m in model.modules() if "forward" in vars(m)] and hook_count(model) == 0
+
+
+def test_skip_with_a_value_from_inside_the_module_is_too_late():
+    model = FAMILIES["gpt2"][0]()
+    with pytest.raises(nbgrad.OrderError, match="edited too late"):
+        nbgrad.trace(model, FAMILIES["gpt2"][4],
+                     "model.transformer.h[0].mlp.skip(model.transformer.h[0].mlp.c_fc.output[..., :32])",
+                     namespace={"model": model})
+    assert not [m for m in model.modules() if "forward" in vars(m)] and hook_count(model) == 0

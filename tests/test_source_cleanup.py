@@ -1,0 +1,143 @@
+"""`M.source` errors and clean-up: after every cell, errors and interrupts included, the module's class and
+instance are as before (no instance forward, no hooks), and the next cell works."""
+import pytest
+import torch
+from torch import nn
+
+import nbgrad
+from helpers import hook_count
+from interrupts import Injector
+from sitemodels import FAMILIES
+from nbgrad.engine.run import runtime
+
+
+def fresh():
+    return FAMILIES["gpt2"][0](), FAMILIES["gpt2"][4]
+
+
+def assert_clean(model, forwards):
+    assert [type(m).__dict__.get("forward") for m in model.modules()] == forwards, "a class forward changed"
+    assert not [m for m in model.modules() if "forward" in vars(m)], "an instance forward stayed"
+    assert hook_count(model) == 0, "hooks stayed"
+
+
+def class_forwards(model):
+    return [type(m).__dict__.get("forward") for m in model.modules()]
+
+
+def test_an_unknown_site_lists_the_nearest_names():
+    model, ids = fresh()
+    forwards = class_forwards(model)
+    with pytest.raises(nbgrad.NbgradError) as caught:
+        nbgrad.trace(model, ids, "x = model.transformer.h[0].attn.source.self_c_attn_2.output.save()",
+                     namespace={"model": model})
+    assert "line 1: GPT2Attention.source has no site 'self_c_attn_2'" in str(caught.value)
+    assert "self_c_attn_0" in str(caught.value) and "self_c_attn_1" in str(caught.value)
+    assert_clean(model, forwards)
+
+
+def test_an_unknown_inner_site_lists_the_callees_names():
+    model, ids = fresh()
+    forwards = class_forwards(model)
+    cell = "x = model.transformer.h[0].attn.source.attention_interface_1.source.nn_functional_softmx_0.output.save()"
+    with pytest.raises(nbgrad.NbgradError, match="has no site 'nn_functional_softmx_0'; nearest: nn_functional_softmax_0"):
+        nbgrad.trace(model, ids, cell, namespace={"model": model})
+    assert_clean(model, forwards)
+
+
+class Builtin(nn.Module):
+    forward = torch.relu          # a C function: the module runs, but has no Python source
+
+
+def generated_module():
+    scope = {}
+    exec("def forward(self, x):\n    return x * 2\n", scope)     # no file behind it: no source to read
+    return type("Generated", (nn.Module,), {"forward": scope["forward"]})()
+
+
+@pytest.mark.parametrize("make, says", [(Builtin, "has no Python source"),
+                                        (generated_module, "its Python source cannot be read")])
+def test_a_forward_without_python_source_says_so(make, says):
+    model = make()
+    forwards = class_forwards(model)
+    with pytest.raises(nbgrad.NbgradError, match="line 1: .*" + says):
+        nbgrad.trace(model, torch.ones(3), "y = model.source.x_0.output.save()", namespace={"model": model})
+    with pytest.raises(nbgrad.NbgradError, match=says):
+        nbgrad.source(model)
+    assert_clean(model, forwards)
+    assert torch.equal(model(torch.ones(3)), torch.ones(3) * (1 if make is Builtin else 2))
+
+
+def test_an_error_inside_the_model_leaves_nothing():
+    model, ids = fresh()
+    forwards = class_forwards(model)
+    with pytest.raises(IndexError, match="the model failed after that"):
+        nbgrad.trace(model, ids, "model.transformer.h[0].attn.source.self_c_attn_1.output = torch.ones(5)\n",
+                     namespace={"model": model, "torch": torch})
+    assert_clean(model, forwards)
+    namespace = {"model": model}
+    nbgrad.trace(model, ids, "p = model.transformer.h[0].attn.source.self_c_attn_1.output.save()",
+                 namespace=namespace)
+    assert namespace["p"].shape == (1, 6, 96)
+    assert_clean(model, forwards)
+
+
+CELL = ("attn = model.transformer.h[0].attn.source.attention_interface_1\n"
+        "pattern = attn.source.nn_functional_softmax_0.output\n"
+        "model.transformer.h[0].attn.source.self_c_attn_1.output.mul_(2)\n"
+        "with model.output.logits[0, -1].sum().backward():\n"
+        "    grad = pattern.grad.save()\n")
+
+
+def test_an_interrupt_at_any_line_leaves_nothing():
+    model, ids = fresh()
+    forwards = class_forwards(model)
+    namespace = {"model": model}
+
+    def cell():
+        nbgrad.trace(model, ids, CELL, namespace=namespace)
+    cell()
+    with Injector(record=True) as counter:
+        cell()
+    interrupted, k = 0, 0
+    stride = max(1, counter.count // 150)
+    for k in range(1, counter.count + 1, stride):
+        try:
+            with Injector(k):
+                cell()
+        except KeyboardInterrupt:
+            interrupted += 1
+        finally:
+            model.zero_grad(set_to_none=True)
+        runtime._active().clear()
+        assert_clean(model, forwards)
+    assert interrupted > 100
+    cell()
+    assert namespace["grad"].shape == (1, 4, 6, 6)
+
+
+def test_a_module_defined_in_a_notebook_cell(shell):
+    shell.run_cell("from torch import nn\n"
+                   "class Scaled(nn.Module):\n"
+                   "    def __init__(self):\n"
+                   "        super().__init__()\n"
+                   "        self.inner = nn.Linear(3, 3)\n"
+                   "    def forward(self, x):\n"
+                   "        y = self.inner(x)\n"
+                   "        return y * 2\n"
+                   "cellmodel = Scaled()\nxs = torch.randn(2, 3)", store_history=True)
+    from IPython.utils.capture import capture_output
+    with capture_output() as printed:
+        assert shell.run_cell("%source cellmodel").success
+    assert "Scaled.forward (sites: 2)" in printed.stdout
+    assert any("self_inner_0, y_0" in line and "y = self.inner(x)" in line for line in printed.stdout.splitlines())
+    result = shell.run_cell("%%trace cellmodel xs -q\n"
+                            "y = cellmodel.source.self_inner_0.output.clone().save()\n"
+                            "cellmodel.source.y_0.output[:] = 1\n"
+                            "out = cellmodel.output.save()")
+    assert result.success, result.error_in_exec
+    ns = shell.user_ns
+    assert torch.equal(ns["y"], ns["cellmodel"].inner(ns["xs"]))
+    assert torch.equal(ns["out"], torch.full((2, 3), 2.0))
+    assert "forward" not in vars(ns["cellmodel"]) and hook_count(ns["cellmodel"]) == 0
+    assert "self_inner_0, y_0" in nbgrad.source(ns["cellmodel"])
