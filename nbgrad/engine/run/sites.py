@@ -72,10 +72,10 @@ class Site:
                 for key in [k for k in hooks if k != id(handle)]:
                     hooks[key] = hooks.pop(key)
             self.table.root.acquire(handle)
+            return handle           # inside the try: an interrupt on this line is still ours to undo
         except BaseException:       # an interrupt before the caller holds the handle: nobody else could remove it
             handle.remove()
             raise
-        return handle
 
     def busy(self) -> bool:
         return bool(self.pre or self.post or (self.inner is not None and self.inner.sites_busy()))

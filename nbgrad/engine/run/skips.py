@@ -40,10 +40,10 @@ class SkipGate:
                 for key in [k for k in self.hooks if k != id(handle)]:
                     self.hooks[key] = self.hooks.pop(key)
             self._bind()
+            return handle           # inside the try: an interrupt on this line is still ours to undo
         except BaseException:       # an interrupt before the caller holds the handle
             handle.remove()
             raise
-        return handle
 
     def _bind(self):
         module = self.module_ref()
