@@ -132,7 +132,7 @@ def shipped_names(source: str, namespace: dict, model: nn.Module) -> dict:
     its modules by path; a value that cannot be pickled is an error that names it."""
     import textwrap
     tree = ast.parse(textwrap.dedent(source))
-    bound = set().union(*(set.union(*bound_names(stmt)) for stmt in tree.body)) if tree.body else set()
+    bound = set().union(*(bound_names(stmt)[0] for stmt in tree.body)) if tree.body else set()
     free = set().union(*(read_names(stmt) for stmt in tree.body)) - bound if tree.body else set()
     paths = {id(module): path for path, module in model.named_modules()}
     shipped = {}

@@ -40,7 +40,7 @@ class Replicated:
         if any(_is_invoke(stmt) for stmt in tree.body):
             raise NbgradError("--over runs the body once per example, each as its own invoke: write the body "
                               "for one example, without `with invoke(...)` blocks")
-        self.names = sorted(set().union(*(set.union(*bound_names(stmt)) for stmt in tree.body))
+        self.names = sorted(set().union(*(bound_names(stmt)[0] for stmt in tree.body))
                             if tree.body else set())
         body = [_copy_block(tree.body, example, self.lines, set(self.names)) for example in range(count)]
         text = "\n".join([self.source.rstrip("\n")] * count) + "\n"
