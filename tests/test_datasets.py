@@ -197,6 +197,16 @@ def test_out_refuses_a_folder_of_another_cell(default_model, tmp_path):
                      over=["x"], out=tmp_path)
 
 
+def test_the_magic_takes_a_folder_and_a_column(shell, tmp_path):
+    datasets = pytest.importorskip("datasets")
+    shell.run_cell("model = nbgrad.load_model()")
+    shell.user_ns["table"] = datasets.Dataset.from_dict({"sentence": ["Hello there", "Hi", "Bye"]})
+    result = shell.run_cell(f"%%trace model --over table --column sentence --batch-size 2 --out {tmp_path}/acts -q\n"
+                            "h = model.transformer.h[0].output[:, -1].save()\n")
+    result.raise_error()
+    assert len(shell.user_ns["h"]) == 3 and (tmp_path / "acts" / "index.json").exists()
+
+
 def test_the_magic_binds_lists_and_says_so(shell, capsys):
     shell.run_cell("model = nbgrad.load_model()\nprompts = ['Hello there', 'Hi']")
     result = shell.run_cell("%%trace model --over prompts --batch-size 1 --no-grad\n"

@@ -10,9 +10,9 @@ _OPTIONS = (
     argument("--over", default=None, help="expression: run the cell once per example of DATASET (a list of "
                                           "prompts, any iterable of INPUTs, or a datasets.Dataset)"),
     argument("--batch-size", type=int, default=8, help="examples run at a time with --over (default 8)"),
-    argument("--column", default=None, help="the column of a datasets.Dataset that holds the INPUTs "
+    argument("--column", default=None, type=str, help="the column of a datasets.Dataset that holds the INPUTs "
                                             "(default: text)"),
-    argument("--out", default=None, help="folder: write each batch's saved values there (safetensors); "
+    argument("--out", default=None, type=str, help="folder: write each batch's saved values there (safetensors); "
                                          "running the cell again computes only the missing batches"),
     argument("--engine", default="local", choices=["local", "ray"], help="where the batches run (default local)"),
     argument("--workers", type=int, default=None, help="Ray actors, each holding a model (default: one per "
@@ -38,7 +38,8 @@ def trace_over_line(magics, model, model_name: str, input_text, args, cell: str,
     factory = magics._evaluate(args.model_factory, "--model-factory") if args.model_factory else None
     out = args.out.strip("'\"") if args.out else None
     result = datasets.trace(model, None, cell, magics.shell.user_ns, over=dataset, batch_size=args.batch_size,
-                            out=out, engine=args.engine, workers=args.workers, column=args.column,
+                            out=out, engine=args.engine, workers=args.workers,
+                            column=args.column.strip("'\"") if args.column else None,
                             model_factory=factory, no_grad=args.no_grad, tokenizer=tokenizer)
     if not args.quiet and result.saved:
         names = ", ".join(f"{name} ({len(values)} values)" for name, values in result.saved.items())
