@@ -64,7 +64,7 @@ bench: install
 	$(PY) bench/panels.py
 	$(PY) bench/widgets.py
 	$(PY) bench/attribution.py
-	$(PY) bench/datasets.py
+	$(PY) bench/dataset_runs.py
 
 # The fuzz test with many random cells, and an interrupt at every line nbgrad runs (minutes).
 fuzz: install

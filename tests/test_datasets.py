@@ -130,6 +130,29 @@ def test_an_error_in_the_body_names_the_example_and_the_cell_line(default_model)
     assert len(namespace["fifth"]) == 1
 
 
+def test_an_interrupt_in_the_second_batch_leaves_model_and_namespace_clean(default_model):
+    model = default_model
+    before = model_state(model)
+    calls = []
+
+    def interrupt_second_call(*_):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+    handle = model.transformer.h[2].register_forward_hook(interrupt_second_call)
+    namespace = {"model": model, "kept": "before"}
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            nbgrad.trace(model, None, "kept = model.transformer.h[1].output[:, -1].save()\n", namespace,
+                         over=PROMPTS, batch_size=2)
+    finally:
+        handle.remove()
+    assert_clean(model, before)
+    assert namespace == {"model": model, "kept": "before"}       # nothing of the run's, the old value kept
+    nbgrad.trace(model, None, "kept = model.transformer.h[1].output[:, -1].save()\n", namespace, over=PROMPTS)
+    assert len(namespace["kept"]) == len(PROMPTS)
+
+
 def test_invoke_blocks_with_over_are_an_error_that_says_why(default_model):
     with pytest.raises(nbgrad.NbgradError, match="once per example.*without `with invoke"):
         nbgrad.trace(default_model, None, 'with invoke("a"):\n    x = model.transformer.h[0].output.save()\n',

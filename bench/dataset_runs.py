@@ -6,7 +6,7 @@ with `--out` as the dataset grows. The embedded model, on this machine's CPU.
   (c) --engine ray, 2 workers vs --engine local (a local Ray cluster of 2 CPUs; actors' start-up included)
   (d) peak RSS above the start, --out DIR vs in memory, over 250 / 1000 / 2000 examples
 
-Run: `python bench/datasets.py [--examples N] [--skip-ray]`.
+Run: `python bench/dataset_runs.py [--examples N] [--skip-ray]`.
 """
 from __future__ import annotations
 
