@@ -5,7 +5,8 @@ with `--out` as the dataset grows. The embedded model, on this machine's CPU.
   (b) --over (batches of 16)  vs  hand-batched raw forward hooks (left padding, mask, position ids)
   (c) --engine ray, 2 workers vs --engine local (a local Ray cluster of 2 CPUs): the first run, which starts
       the actors, and the next, which finds them
-  (d) peak RSS above the start, --out DIR vs in memory, over 250 / 1000 / 2000 examples
+  (d) with a backward pass per example: --over (batches of 8) vs a loop of single-prompt traces
+  (e) peak RSS above the start, --out DIR vs in memory, over 250 / 1000 / 2000 examples
 
 Run: `python bench/dataset_runs.py [--examples N] [--skip-ray]`.
 """
@@ -73,6 +74,8 @@ def speed(model, count: int, skip_ray: bool) -> None:
         return
     import ray
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)        # local gets the two cores the two workers get
     try:
         local = per_second(lambda: nbgrad.trace(model, None, BODY, {"model": model}, over=texts, batch_size=16,
                                                 no_grad=True, progress=False), count)
@@ -82,10 +85,27 @@ def speed(model, count: int, skip_ray: bool) -> None:
         cold, warm = on_ray(), on_ray()      # the second run finds the actors and their models in place
     finally:
         ray.shutdown()
+        torch.set_num_threads(threads)
     print(f"  (c) --engine ray, 2 workers, first run  {cold:8.1f} examples/s   {cold / local:5.2f}x --engine local "
-          f"({local:.1f}/s; actors start and load the model)")
+          f"({local:.1f}/s with 2 threads; actors start and load the model)")
     print(f"      --engine ray, 2 workers, next run   {warm:8.1f} examples/s   {warm / local:5.2f}x --engine local "
           f"({os.cpu_count()} cores here, shared with other work)")
+
+
+GRAD_BODY = ("g = model.transformer.h[1].output.grad[:, -1].save()\n"
+             "model.lm_head.output[:, -1].max().backward()\n")
+
+
+def gradient_speed(model, count: int = 64) -> None:
+    """Each example's backward pass runs through the whole batch's graph (one pass per example), so
+    batching gains less with gradients than with reads."""
+    texts = prompts(count, seed=1)
+    over = per_second(lambda: nbgrad.trace(model, None, GRAD_BODY, {"model": model}, over=texts, batch_size=8,
+                                           progress=False), count)
+    single = per_second(lambda: [nbgrad.trace(model, text, GRAD_BODY) for text in texts], count)
+    model.zero_grad(set_to_none=True)
+    print(f"  (d) with a backward per example: --over (batches of 8) {over:8.1f} examples/s, loop of "
+          f"single-prompt traces {single:8.1f}/s: --over is {over / single:5.2f}x that")
 
 
 class PeakRss:
@@ -112,32 +132,44 @@ class PeakRss:
         return (self.peak - self.start) / 2**20
 
 
-def memory(model) -> None:
-    print("\npeak RSS above the start of the run, saving each example's whole last-block output "
-          "([1, tokens, 128] float32)")
+def memory_child(mode: str, count: int) -> None:
+    """One measurement in a process of its own, so no run inherits another's freed memory."""
+    torch.set_num_threads(1)
+    model = nbgrad.load_model()
+    texts = prompts(count, seed=count)
+    namespace = {"model": model}
+    with tempfile.TemporaryDirectory() as folder:
+        with PeakRss() as peak:
+            nbgrad.trace(model, None, WHOLE, namespace, over=texts, batch_size=16, no_grad=True,
+                         out=folder if mode == "out" else None, progress=False)
+    print(f"{peak.above_start_mb:.1f}")
+
+
+def memory() -> None:
+    import subprocess
+    import sys
+    print("\npeak RSS above the start of the run (a fresh process each), saving each example's whole "
+          "last-block output ([1, tokens, 128] float32)")
     for count in (250, 1000, 2000):
-        texts = prompts(count, seed=count)
-        with tempfile.TemporaryDirectory() as folder:
-            with PeakRss() as to_disk:
-                nbgrad.trace(model, None, WHOLE, {"model": model}, over=texts, batch_size=16, no_grad=True,
-                             out=folder, progress=False)
-        namespace = {"model": model}
-        with PeakRss() as in_memory:
-            nbgrad.trace(model, None, WHOLE, namespace, over=texts, batch_size=16, no_grad=True, progress=False)
-        del namespace
-        print(f"  {count:5d} examples   --out DIR {to_disk.above_start_mb:7.1f} MiB   in memory "
-              f"{in_memory.above_start_mb:7.1f} MiB")
+        peaks = [subprocess.run([sys.executable, __file__, "--memory-child", mode, str(count)], check=True,
+                                capture_output=True, text=True).stdout.strip().splitlines()[-1]
+                 for mode in ("out", "memory")]
+        print(f"  {count:5d} examples   --out DIR {float(peaks[0]):7.1f} MiB   in memory {float(peaks[1]):7.1f} MiB")
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--examples", type=int, default=256)
     parser.add_argument("--skip-ray", action="store_true")
+    parser.add_argument("--memory-child", nargs=2, metavar=("MODE", "COUNT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.memory_child:
+        return memory_child(args.memory_child[0], int(args.memory_child[1]))
     torch.set_num_threads(1)
     model = nbgrad.load_model()
     speed(model, args.examples, args.skip_ray)
-    memory(model)
+    gradient_speed(model)
+    memory()
 
 
 if __name__ == "__main__":

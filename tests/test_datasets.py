@@ -79,6 +79,12 @@ def test_a_datasets_dataset_reads_its_text_column_or_the_one_named(default_model
                  over=table, column="sentence", batch_size=5)
     for index, prompt in enumerate(PROMPTS[::-1]):
         torch.testing.assert_close(namespace["x"][index], plain_run(model, prompt)[0], atol=1e-5, rtol=1e-4)
+    streamed = {"model": model}           # an IterableDataset, read as it streams
+    nbgrad.trace(model, None, "x = model.transformer.h[1].output[:, -1].save()", streamed,
+                 over=table.to_iterable_dataset(), column="sentence", batch_size=4)
+    assert len(streamed["x"]) == len(PROMPTS)
+    for here, there in zip(namespace["x"], streamed["x"]):
+        torch.testing.assert_close(there, here, atol=1e-5, rtol=1e-4)
     model.zero_grad(set_to_none=True)
     with pytest.raises(nbgrad.InputError, match="no column 'words'.*text, sentence, label"):
         nbgrad.trace(model, None, "x = model.transformer.h[1].output.save()", namespace, over=table, column="words")

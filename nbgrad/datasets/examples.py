@@ -58,8 +58,8 @@ def _is_hf_dataset(value) -> bool:
 
 def _dataset_batches(dataset, batch_size: int, column: str | None):
     column = column or DEFAULT_COLUMN
-    names = getattr(dataset, "column_names", None) or []
-    if column not in names:
+    names = getattr(dataset, "column_names", None)      # None: a streamed dataset that does not know yet
+    if names is not None and column not in names:
         raise InputError(f"the dataset has no column {column!r} (its columns: {', '.join(map(str, names))}); "
                          f"name the one with the INPUTs with --column NAME")
     start = 0
