@@ -74,8 +74,7 @@ def speed(model, count: int, skip_ray: bool) -> None:
         return
     import ray
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)        # local gets the two cores the two workers get
+    # local runs with one thread, the fastest here: two threads on two cores shared with other work thrash
     try:
         local = per_second(lambda: nbgrad.trace(model, None, BODY, {"model": model}, over=texts, batch_size=16,
                                                 no_grad=True, progress=False), count)
@@ -85,7 +84,6 @@ def speed(model, count: int, skip_ray: bool) -> None:
         cold, warm = on_ray(), on_ray()      # the second run finds the actors and their models in place
     finally:
         ray.shutdown()
-        torch.set_num_threads(threads)
     print(f"  (c) --engine ray, 2 workers, first run  {cold:8.1f} examples/s   {cold / local:5.2f}x --engine local "
           f"({local:.1f}/s with 2 threads; actors start and load the model)")
     print(f"      --engine ray, 2 workers, next run   {warm:8.1f} examples/s   {warm / local:5.2f}x --engine local "

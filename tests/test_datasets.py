@@ -67,6 +67,22 @@ def test_values_and_gradients_over_a_list_equal_each_example_run_alone(default_m
     assert not [name for name in namespace if name.startswith("_nbgrad") or name.startswith("__nbgrad")]
 
 
+def test_a_backward_block_is_each_examples_own_pass(default_model):
+    """A `with L.backward():` block runs one pass per example (the plain `L.backward()` of the test above
+    runs one pass of the summed losses): both give each example its own gradient."""
+    model = default_model
+    body = ("top = model.lm_head.output[:, -1].max()\n"
+            "with top.backward():\n"
+            "    first_grad = model.transformer.h[0].output.grad.save()\n")
+    namespace = {"model": model}
+    nbgrad.trace(model, None, body, namespace, over=PROMPTS, batch_size=3)
+    model.zero_grad(set_to_none=True)
+    for index, prompt in enumerate(PROMPTS):
+        h0_grad = plain_run(model, prompt)[2]
+        torch.testing.assert_close(namespace["first_grad"][index][:, -h0_grad.shape[1]:], h0_grad, atol=1e-5, rtol=1e-4)
+    model.zero_grad(set_to_none=True)
+
+
 def test_a_datasets_dataset_reads_its_text_column_or_the_one_named(default_model):
     datasets = pytest.importorskip("datasets")
     model = default_model

@@ -42,7 +42,10 @@ class Replicated:
                               "for one example, without `with invoke(...)` blocks")
         self.names = sorted(set().union(*(bound_names(stmt)[0] for stmt in tree.body))
                             if tree.body else set())
-        body = [_copy_block(tree.body, example, self.lines, set(self.names)) for example in range(count)]
+        one_pass = _single_backward(tree)
+        body = [_copy_block(tree.body, example, self.lines, set(self.names), one_pass) for example in range(count)]
+        if one_pass is not None:
+            body.append(_summed_backward(tree.body[one_pass], count, (count - 1) * self.lines))
         text = "\n".join([self.source.rstrip("\n")] * count) + "\n"
         # The compiler's own checks first (a syntax error is the cell's, at its own line)
         compile(tree, "<cell>", "exec")
@@ -66,15 +69,55 @@ def _is_invoke(stmt) -> bool:
     return isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "invoke"
 
 
-def _copy_block(body: list, example: int, lines: int, names: set) -> ast.With:
+def _copy_block(body: list, example: int, lines: int, names: set, one_pass: int | None) -> ast.With:
     """`with invoke(example):` holding the body with its names prefixed, every line moved by example * L.
     The block itself has no position: the compiler names its INPUT by the expression's text."""
     statements = [_Renamer(names, example).visit(copy.deepcopy(stmt)) for stmt in body]
     for stmt in statements:
         ast.increment_lineno(stmt, example * lines)
-    _retain_graphs(statements)
+    if one_pass is None:
+        _retain_graphs(statements)
+    else:            # `L.backward()` -> `_nbgrad{k}__loss = L`: the pass after the blocks takes every loss
+        backward = statements[one_pass]
+        statements[one_pass] = ast.copy_location(ast.Assign(
+            targets=[ast.Name(id=prefixed(_LOSS, example), ctx=ast.Store())], value=backward.value.func.value),
+            backward)
     call = ast.Call(func=ast.Name(id="invoke", ctx=ast.Load()), args=[ast.Constant(example)], keywords=[])
     return ast.With(items=[ast.withitem(context_expr=call)], body=statements)
+
+
+_LOSS = "_loss"
+_PASS_OPTIONS = {"retain_graph", "create_graph"}
+
+
+def _single_backward(tree: ast.Module) -> int | None:
+    """The index of the body's one backward pass when it is a plain `L.backward()` statement of its own
+    (options: retain_graph, create_graph). Then one pass of the sum of the examples' losses gives each
+    example's rows the gradient of its own loss (the rows of a batch do not mix), in one pass, not one
+    pass through the whole batch per example."""
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and n.func.attr == "backward"]
+    if len(calls) != 1:
+        return None
+    call = calls[0]
+    if call.args or any(keyword.arg not in _PASS_OPTIONS for keyword in call.keywords):
+        return None
+    return next((index for index, stmt in enumerate(tree.body)
+                 if isinstance(stmt, ast.Expr) and stmt.value is call), None)
+
+
+def _summed_backward(stmt: ast.Expr, count: int, shift: int) -> ast.Expr:
+    """`(_nbgrad0__loss + ... ).backward(options)` at the line of the last example's backward statement."""
+    total = ast.Name(id=prefixed(_LOSS, 0), ctx=ast.Load())
+    for example in range(1, count):
+        total = ast.BinOp(left=total, op=ast.Add(), right=ast.Name(id=prefixed(_LOSS, example), ctx=ast.Load()))
+    call = ast.Call(func=ast.Attribute(value=total, attr="backward", ctx=ast.Load()), args=[],
+                    keywords=copy.deepcopy(stmt.value.keywords))
+    summed = ast.Expr(value=call)
+    for node in ast.walk(summed):
+        ast.copy_location(node, stmt.value)
+    ast.increment_lineno(summed, shift)
+    return summed
 
 
 def _retain_graphs(statements: list) -> None:
