@@ -19,8 +19,9 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 # torch first, pinned to the CPU wheel: nothing later may resolve an unpinned torch into CUDA builds.
+TORCH := torch==2.13.0
 $(VENV)/.torch: | $(PY)
-	$(PIP) install torch==2.13.0
+	$(PIP) install $(TORCH)
 	touch $@
 
 $(VENV)/.tools: $(VENV)/.torch
@@ -37,8 +38,10 @@ extension: $(VENV)/.tools node_modules/.package-lock.json
 	npm run build:prod
 
 # The package as users get it: a wheel that carries the prebuilt extension.
+# With the `ray` extra (`--engine ray`), under a constraint that keeps the torch installed above.
 install: extension
-	$(PIP) install --no-build-isolation ".[dev]"
+	echo "$(TORCH)" > $(VENV)/constraints.txt
+	$(PIP) install --no-build-isolation -c $(VENV)/constraints.txt ".[dev,ray]"
 
 lab: install
 	@$(MAKE) --no-print-directory lab-server
@@ -62,6 +65,7 @@ bench: install
 	$(PY) bench/widgets.py
 	$(PY) bench/attribution.py
 	$(PY) bench/cache.py
+	$(PY) bench/dataset_runs.py
 
 # The fuzz test with many random cells, and an interrupt at every line nbgrad runs (minutes).
 fuzz: install

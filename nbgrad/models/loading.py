@@ -13,6 +13,8 @@ DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "data" / "default"
 _tokenizers: "weakref.WeakKeyDictionary[nn.Module, object]" = weakref.WeakKeyDictionary()
 _processors: "weakref.WeakKeyDictionary[nn.Module, object]" = weakref.WeakKeyDictionary()
 _seen: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
+# The arguments each model was loaded with: a dataset run on other machines loads it the same way there.
+_load_arguments: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
 
 
 def load_model(name_or_path: str | None = None, **kwargs) -> nn.Module:
@@ -26,7 +28,13 @@ def load_model(name_or_path: str | None = None, **kwargs) -> nn.Module:
     model.eval()
     _load_preprocessor(model, path, kwargs)
     remember(model)
+    _load_arguments[model] = (name_or_path, dict(kwargs))
     return model
+
+
+def load_arguments(model: nn.Module):
+    """(name_or_path, keywords) that `load_model` was called with for this model, or None."""
+    return _load_arguments.get(model)
 
 
 def model_class_for(path: str, **kwargs) -> type:

@@ -12,6 +12,7 @@ from ..engine.run import checks
 from ..errors import InputError, NbgradError, for_the_cell
 from ..engine.run.cellstate import unsaved_names
 from .magic_line import is_expression, split_line
+from .over import over_arguments, trace_over_line
 
 
 def split_expression(rest: str, magic, head: str) -> tuple:
@@ -40,7 +41,8 @@ def _cell_errors(magic):
 class NbgradMagics(Magics):
 
     @magic_arguments()      # usage: argparse prints %% as %, and IPython puts one more % in front
-    @kwds(usage="%%trace MODEL [INPUT] [--no-grad] [-q] [--graph] [--tokenizer EXPR]")
+    @kwds(usage="%%trace MODEL [INPUT] [--no-grad] [-q] [--graph] [--tokenizer EXPR] [--over DATASET "
+                "[--batch-size N] [--column NAME] [--out DIR] [--engine local|ray] [--workers N] [--model-factory EXPR]]")
     @argument("model", help="name of a torch.nn.Module in the notebook's namespace")
     @argument("input", nargs="?", help="Python expression: a string or list of strings (tokenized), "
                                         "a tensor, a dict / BatchEncoding (keyword arguments) or a tuple")
@@ -48,6 +50,7 @@ class NbgradMagics(Magics):
     @argument("-q", "--quiet", action="store_true", help="no inline display")
     @argument("--graph", action="store_true", help="show the hook graph of the cell and do not run it")
     @argument("--tokenizer", default=None, help="expression for the tokenizer of a text INPUT")
+    @over_arguments
     @no_var_expand
     @cell_magic
     @_cell_errors
@@ -63,6 +66,8 @@ class NbgradMagics(Magics):
         if args.graph:
             return _show_graph(api.trace(model, None, cell, namespace, graph=True).graph, f"%%trace {line.strip()}")
         tokenizer = self._evaluate(args.tokenizer, "--tokenizer") if args.tokenizer else None
+        if args.over is not None:
+            return trace_over_line(self, model, head, input_text, args, cell, tokenizer)
         value = self._evaluate(input_text, "INPUT") if input_text is not None else None
         result = api.trace(model, value, cell, namespace, no_grad=args.no_grad, tokenizer=tokenizer)
         self._display(result, args.quiet, model, f"%%trace {line.strip()}")

@@ -43,6 +43,16 @@ def compile_cell(source: str, mode: str = "trace", helpers: tuple = ()) -> Progr
     return _Builder(source, mode, filename, helpers).build(open_sources(module).body)
 
 
+def compile_statements(source: str, body: list, mode: str = "trace") -> Program:
+    """Compile statements a driver built (not cached): `body` is parsed from `source`, which tracebacks
+    and the hook graph show (a dataset run repeats a cell once per example, each copy on lines of its own)."""
+    global _serial
+    _serial += 1
+    filename = register_cell_source(source, _serial)
+    compile(ast.fix_missing_locations(ast.Module(body=body, type_ignores=[])), filename, "exec")
+    return _Builder(source, mode, filename).build(body)
+
+
 class _Builder:
     """Walks the cell once: finds its backward passes, compiles each statement, records every event use."""
 

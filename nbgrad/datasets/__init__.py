@@ -1,0 +1,28 @@
+"""Datasets: `%%trace MODEL --over DATASET` runs a cell once per example, batched as invokes, on this
+machine or on a Ray cluster, with results in memory or in a folder (`--out DIR`). On top of the engine,
+which does not import it."""
+from __future__ import annotations
+
+from .. import api
+from .run import trace_over
+
+
+def trace(model, input, source: str, namespace: dict | None = None, *, over=None, batch_size: int = 8,
+          out=None, engine: str = "local", workers: int | None = None, column: str | None = None,
+          model_factory=None, **options):
+    """`nbgrad.trace`: with `over=DATASET` the source runs once per example (`trace_over`); without, one
+    run on `input` (`api.trace`)."""
+    __tracebackhide__ = True
+    if over is None:
+        return api.trace(model, input, source, namespace, **options)
+    if input is not None:
+        from ..errors import InputError
+        raise InputError("INPUT and --over together: with --over every example is an INPUT; give no INPUT")
+    options.pop("quiet", None)
+    if options.pop("graph", False):
+        return api.trace(model, None, source, namespace, graph=True)
+    return trace_over(model, source, namespace, over, batch_size=batch_size, out=out, engine=engine,
+                      workers=workers, column=column, model_factory=model_factory, **options)
+
+
+__all__ = ["trace", "trace_over"]

@@ -1,0 +1,118 @@
+"""One batch of a dataset run: its examples as the invokes of one model call, the cell once per example
+(replicate.py), and what each example saved, by the cell's own names.
+
+A saved value is kept as a detached copy of the example's rows: the batch's autograd graph and activations
+are freed with the batch, so a run over thousands of examples holds only what the cell saved."""
+from __future__ import annotations
+
+import torch
+
+from ..engine.run.rows import InvokeRows
+from ..engine.run.runtime import Runtime
+from ..errors import NbgradError
+from ..models.batching import batch_invokes
+from .examples import describe
+from .replicate import prefixed, replicated, unprefixed
+
+_MISSING = object()
+
+
+def run_batch(model, tokenizer, source: str, namespace: dict, examples: list, start: int,
+              no_grad: bool = False) -> tuple:
+    """([{name: value} per example], {name: value} of the last example's unsaved plain values)."""
+    __tracebackhide__ = True
+    cell = replicated(source, len(examples))
+    invokes = cell.program.invokes
+    try:
+        args, kwargs, spans = batch_invokes(examples, invokes, model, tokenizer)
+    except NbgradError as error:
+        raise _located_input_error(error, model, tokenizer, invokes, examples, start)
+    private = dict(namespace)            # the copies' prefixed names live here, never in the user's namespace
+    for name in cell.names:
+        if name in namespace:            # a copy reading a name before binding it sees the value before the cell
+            private.update({prefixed(name, k): namespace[name] for k in range(len(examples))})
+    runtime = Runtime(cell.program, private, model=model, no_grad=no_grad, rows=InvokeRows(spans, spans[-1][1]))
+    try:
+        result = runtime.run_trace(args, kwargs)
+    except BaseException as error:
+        raise at_example(error, cell, runtime, examples, start)
+    saved_ids = {id(value) for value in result.saved.values()}
+    per_example, plain = [], {}
+    for k in range(len(examples)):
+        values = {}
+        for name in cell.names:
+            value = private.get(prefixed(name, k), _MISSING)
+            if value is _MISSING:
+                continue
+            if _holds(value, saved_ids):
+                values[name] = detached(value)
+            elif not _has_tensor(value):
+                plain[name] = value
+        per_example.append(values)
+    return per_example, plain
+
+
+def at_example(error: BaseException, cell, runtime, examples: list, start: int) -> BaseException:
+    """The error with the example it concerns: its index in the dataset and its INPUT, and the cell line."""
+    failed = runtime.scheduler.failed
+    example = runtime.program.nodes[failed].spec.invoke if failed is not None else None
+    if isinstance(error, NbgradError) and error.line:
+        line, example = cell.cell_line(error.line)
+        error.line = line
+    where = (f"example {start + example} (INPUT {describe(examples[example])})" if example is not None else
+             f"the batch of examples {start}-{start + len(examples) - 1}")
+    if isinstance(error, NbgradError):
+        error.detail = f"{unprefixed(error.detail)} [in {where}]"
+        error.args = (f"line {error.line}: {error.detail}" if error.line else error.detail,) + error.args[1:]
+    elif isinstance(error, Exception):
+        error.args = tuple(unprefixed(arg) if isinstance(arg, str) else arg for arg in error.args)
+        line = _cell_frame_line(error, cell)
+        error.add_note(f"nbgrad: raised by {where}" + (f", at line {line} of the cell" if line else ""))
+    return error
+
+
+def _located_input_error(error, model, tokenizer, invokes, examples: list, start: int) -> NbgradError:
+    """An INPUT that cannot be batched: find which example, trying each alone (only on this error path)."""
+    for k, example in enumerate(examples):
+        try:
+            batch_invokes([example], invokes[:1], model, tokenizer)
+        except NbgradError as alone:
+            return NbgradError(f"example {start + k} (INPUT {describe(example)}): {alone.detail}")
+    return NbgradError(f"examples {start}-{start + len(examples) - 1} cannot be put in one batch: {error.detail}")
+
+
+def _cell_frame_line(error: BaseException, cell) -> int | None:
+    tb, line = error.__traceback__, None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == cell.program.filename:
+            line = cell.cell_line(tb.tb_lineno)[0]
+        tb = tb.tb_next
+    return line
+
+
+def detached(value):
+    """A tensor's own copy, cut from the batch and its graph; containers element by element."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (list, tuple)):
+        return type(value)(detached(v) for v in value) if type(value) in (list, tuple) else value
+    if isinstance(value, dict):
+        return {key: detached(v) for key, v in value.items()}
+    return value
+
+
+def _holds(value, saved_ids: set) -> bool:
+    """Is this a value the example saved, or a list / tuple / dict holding one?"""
+    if id(value) in saved_ids:
+        return True
+    if isinstance(value, dict):
+        value = list(value.values())
+    return isinstance(value, (list, tuple)) and any(id(element) in saved_ids for element in value)
+
+
+def _has_tensor(value) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, dict):
+        value = list(value.values())
+    return isinstance(value, (list, tuple)) and any(isinstance(element, torch.Tensor) for element in value)

@@ -1,0 +1,69 @@
+"""DATASET -> batches of INPUTs, read as the run goes: a list, any iterable (never materialised whole), or a
+`datasets.Dataset` (its `text` column, or the one `--column` names)."""
+from __future__ import annotations
+
+import itertools
+
+from ..errors import ArgumentError, InputError
+
+DEFAULT_COLUMN = "text"
+
+
+def batches(dataset, batch_size: int, column: str | None = None):
+    """(index of the first example, [INPUT, ...]) per batch of `batch_size` examples, in dataset order."""
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ArgumentError(f"--batch-size must be a positive integer, not {batch_size!r}")
+    if _is_hf_dataset(dataset):
+        yield from _dataset_batches(dataset, batch_size, column)
+        return
+    if column is not None:
+        raise ArgumentError("--column names a column of a datasets.Dataset; DATASET here is a "
+                            f"{type(dataset).__name__}")
+    if isinstance(dataset, (str, bytes)) or not _iterable(dataset):
+        raise InputError(f"--over takes a list of prompts, an iterable of INPUTs or a datasets.Dataset, not a "
+                         f"{type(dataset).__name__}; for one prompt, give it as INPUT without --over")
+    examples, start = iter(dataset), 0
+    while True:
+        chunk = list(itertools.islice(examples, batch_size))
+        if not chunk:
+            return
+        yield start, chunk
+        start += len(chunk)
+
+
+def total(dataset) -> int | None:
+    """How many examples, when the dataset knows (a progress bar without a total counts all the same)."""
+    try:
+        return len(dataset)
+    except TypeError:
+        return None
+
+
+def describe(example, width: int = 80) -> str:
+    text = repr(example)
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _iterable(value) -> bool:
+    try:
+        iter(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _is_hf_dataset(value) -> bool:
+    return type(value).__module__.startswith("datasets.") and hasattr(value, "column_names")
+
+
+def _dataset_batches(dataset, batch_size: int, column: str | None):
+    column = column or DEFAULT_COLUMN
+    names = getattr(dataset, "column_names", None)      # None: a streamed dataset that does not know yet
+    if names is not None and column not in names:
+        raise InputError(f"the dataset has no column {column!r} (its columns: {', '.join(map(str, names))}); "
+                         f"name the one with the INPUTs with --column NAME")
+    start = 0
+    for chunk in dataset.iter(batch_size=batch_size):     # streams an IterableDataset too
+        values = list(chunk[column])
+        yield start, values
+        start += len(values)

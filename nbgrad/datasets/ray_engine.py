@@ -1,0 +1,189 @@
+"""`--engine ray`: batches run as Ray tasks on actors that each hold a model, on the cluster `ray.init(...)`
+connected to (or a local one started here). A worker builds its model the way the notebook did: with the
+arguments `nbgrad.load_model` recorded, or with `--model-factory`. The body's free names go with each
+batch; a module of the notebook's model among them is sent as its path and found in the worker's model.
+
+Results come back in dataset order. At most two batches per worker are in flight, so memory stays bounded
+when a DIR takes the values. Workers load the model's weights themselves: edits made to the notebook's
+model after loading it are not on the workers."""
+from __future__ import annotations
+
+import ast
+import os
+from collections import deque
+
+from torch import nn
+
+from ..engine.compile.dataflow import bound_names, read_names
+from ..errors import NbgradError
+from ..models import loading
+
+IN_FLIGHT_PER_WORKER = 2
+
+
+class _ModulePath:
+    """A module of the notebook's model, sent as its path in `named_modules()`."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+
+def _worker_class():
+    import ray
+
+    @ray.remote
+    class DatasetWorker:
+        """One model, and the batches given to it."""
+
+        def __init__(self, build):
+            from ..models.cell import model_to_trace
+            self.model, self.tokenizer = model_to_trace(build(), note=False)
+            self.modules = dict(self.model.named_modules())
+
+        def run(self, source, shipped, examples, start, no_grad):
+            from .batch import run_batch
+            namespace = {name: self.model if value == "__nbgrad_model__" else
+                         self.modules[value.path] if isinstance(value, _ModulePath) else value
+                         for name, value in shipped.items()}
+            per_example, plain = run_batch(self.model, self.tokenizer, source, namespace, examples, start, no_grad)
+            return per_example, plain, os.getpid()
+
+    return DatasetWorker
+
+
+class RayBatches:
+    """Batches run on Ray actors, handed out as they come and gathered in order. The actors are made when
+    the first batch needs one (a run whose batches are all in DIR starts none) and kept for the next run of
+    the same model on the same cluster (loading a model is most of a short run's time)."""
+
+    def __init__(self, model: nn.Module, source: str, namespace: dict, no_grad: bool, workers, model_factory):
+        self.build, self.key = _builder(model, model_factory)
+        self.shipped = shipped_names(source, namespace, model)      # errors here: nothing has run
+        self.source, self.no_grad, self.workers = source, no_grad, workers
+        self.actors: list = []
+
+    def run(self, batches, store):
+        import ray
+        pending, free = deque(), deque()
+        try:
+            for start, examples in batches:
+                if store is not None and store.has(start, len(examples)):
+                    pending.append((start, len(examples), None, None))
+                else:
+                    if not self.actors:
+                        self.actors = _actors(self.build, self.key, self.workers)
+                        free.extend(self.actors * IN_FLIGHT_PER_WORKER)
+                    while not free:
+                        yield from self._finish_first(pending, free, ray)
+                    actor = free.popleft()
+                    task = actor.run.remote(self.source, self.shipped, examples, start, self.no_grad)
+                    pending.append((start, len(examples), task, actor))
+                while pending and pending[0][2] is None:
+                    start, count, _, _ = pending.popleft()
+                    yield start, [{}] * count, None
+            while pending:
+                yield from self._finish_first(pending, free, ray)
+        except ray.exceptions.RayActorError:
+            _pools.pop(self.key, None)       # a lost worker: the next run starts a fresh set
+            raise
+        finally:
+            for _, _, task, _ in pending:
+                if task is not None:
+                    ray.cancel(task)
+
+    def _finish_first(self, pending: deque, free: deque, ray):
+        start, count, task, actor = pending.popleft()
+        if task is None:
+            yield start, [{}] * count, None
+            return
+        per_example, plain, _ = ray.get(task)
+        free.append(actor)
+        yield start, per_example, plain
+
+
+# (what builds the model, worker count, GPUs) -> (cluster's job id, actors, the builder kept alive); one entry
+# at most
+_pools: dict = {}
+
+
+def _actors(build, key, workers) -> list:
+    """The actors for this model on the cluster now: kept from an earlier run, or made."""
+    import ray
+    if not ray.is_initialized():
+        ray.init(include_dashboard=False, logging_level="ERROR")
+    gpus = int(ray.cluster_resources().get("GPU", 0))
+    count = workers or gpus or 2
+    job = ray.get_runtime_context().get_job_id()
+    pool_key = (key, count, gpus)
+    kept = _pools.get(pool_key)
+    if kept is not None and kept[0] == job:
+        return kept[1]
+    for other in list(_pools):           # one set at a time: kept actors hold the cluster's CPUs / GPUs
+        for actor in _pools.pop(other)[1]:
+            try:
+                ray.kill(actor)
+            except Exception:            # an actor of a cluster since shut down: nothing to end
+                pass
+    options = {"num_gpus": 1} if gpus else {"num_cpus": 1}
+    worker = _worker_class().options(**options)
+    actors = [worker.remote(build) for _ in range(count)]
+    _pools[pool_key] = (job, actors, build)
+    return actors
+
+
+def _builder(model: nn.Module, model_factory) -> tuple:
+    """(what a worker calls to get its model, a key that says which model that is)."""
+    if model_factory is not None:
+        if not callable(model_factory):
+            raise NbgradError(f"--model-factory must be a function that returns the model, not a "
+                              f"{type(model_factory).__name__}")
+        _check_picklable("--model-factory", model_factory)
+        return model_factory, ("factory", id(model_factory))
+    recorded = loading.load_arguments(model)
+    if recorded is None:
+        raise NbgradError(f"--engine ray loads the model on each worker the way nbgrad.load_model loaded it; "
+                          f"this {type(model).__name__} was not loaded by nbgrad.load_model: give "
+                          f"--model-factory EXPR (a function that returns the model)")
+    name, kwargs = recorded
+    return _LoadModel(name, kwargs), ("load_model", name, repr(sorted(kwargs.items())))
+
+
+class _LoadModel:
+    def __init__(self, name, kwargs):
+        self.name, self.kwargs = name, kwargs
+
+    def __call__(self):
+        return loading.load_model(self.name, **self.kwargs)
+
+
+def shipped_names(source: str, namespace: dict, model: nn.Module) -> dict:
+    """The body's free names with their values from the namespace, ready to send: the model by a marker,
+    its modules by path; a value that cannot be pickled is an error that names it."""
+    import textwrap
+    tree = ast.parse(textwrap.dedent(source))
+    bound = set().union(*(bound_names(stmt)[0] for stmt in tree.body)) if tree.body else set()
+    free = set().union(*(read_names(stmt) for stmt in tree.body)) - bound if tree.body else set()
+    paths = {id(module): path for path, module in model.named_modules()}
+    shipped = {}
+    for name in sorted(free):
+        if name not in namespace:
+            continue
+        value = namespace[name]
+        if value is model:
+            shipped[name] = "__nbgrad_model__"
+        elif isinstance(value, nn.Module) and id(value) in paths:
+            shipped[name] = _ModulePath(paths[id(value)])
+        else:
+            _check_picklable(f"the name `{name}`", value)
+            shipped[name] = value
+    return shipped
+
+
+def _check_picklable(what: str, value) -> None:
+    from ray import cloudpickle
+    try:
+        cloudpickle.dumps(value)
+    except Exception as error:
+        raise NbgradError(f"--engine ray sends the body's names to the workers, and {what} (a "
+                          f"{type(value).__name__}) cannot be pickled: {type(error).__name__}: {error}. Make "
+                          f"it in the body, or give the workers what they need another way") from error

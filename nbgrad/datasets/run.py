@@ -1,0 +1,92 @@
+"""`%%trace MODEL --over DATASET`: the driver. Batches are read from the dataset as the run goes, each runs
+on this machine (`engine="local"`) or on Ray actors (`engine="ray"`, ray_engine.py), and each finished
+batch's values are kept in memory or written to `--out DIR`. After the run every saved name is bound to a
+list with one value per example, in dataset order."""
+from __future__ import annotations
+
+import contextlib
+
+from ..engine.compile.compiler import compile_cell
+from ..engine.run import checks
+from ..engine.run.result import Result
+from ..errors import ArgumentError
+from ..models.cell import default_namespace, model_to_trace
+from . import examples as reading
+from .batch import run_batch
+from .store import Store
+
+ENGINES = ("local", "ray")
+
+
+def trace_over(model, source: str, namespace: dict | None, over, *, batch_size: int = 8, out=None,
+               engine: str = "local", workers: int | None = None, column: str | None = None,
+               model_factory=None, no_grad: bool = False, tokenizer=None, progress: bool = True) -> Result:
+    """Run `source` once per example of `over` (see the module's docstring); returns a Result whose saved
+    values are lists over the examples."""
+    __tracebackhide__ = True
+    checks.trace_arguments(model, namespace)
+    if engine not in ENGINES:
+        raise ArgumentError(f"--engine is 'local' or 'ray', not {engine!r}")
+    graph = compile_cell(source, "trace").graph     # the cell's own errors first, before any example runs
+    namespace = default_namespace(namespace, model)
+    traced, tokenizer = model_to_trace(model, tokenizer)
+    store = Store(out, source, batch_size) if out is not None else None
+    gathered: dict = {}
+    plain: dict = {}
+    done = 0
+    with _progress(reading.total(over), progress) as bar:
+        if engine == "ray":
+            from .ray_engine import RayBatches
+            batches = RayBatches(model, source, namespace, no_grad, workers, model_factory)
+        else:
+            batches = _LocalBatches(traced, tokenizer, source, namespace, no_grad)
+        for start, per_example, last_plain in batches.run(reading.batches(over, batch_size, column), store):
+            done = start + len(per_example)
+            if store is not None:
+                if last_plain is not None:          # computed now, not found in DIR
+                    store.write(start, per_example)
+            else:
+                _gather(gathered, start, per_example)
+            plain.update(last_plain or {})
+            bar.update(len(per_example))
+    saved = store.lists(done) if store is not None else {n: v + [None] * (done - len(v)) for n, v in gathered.items()}
+    namespace.update({name: value for name, value in plain.items() if name not in saved})
+    namespace.update(saved)
+    return Result(saved=saved, graph=graph)
+
+
+class _LocalBatches:
+    """Batches run here, one after the other."""
+
+    def __init__(self, model, tokenizer, source: str, namespace: dict, no_grad: bool):
+        self.model, self.tokenizer, self.source, self.ns, self.no_grad = model, tokenizer, source, namespace, no_grad
+
+    def run(self, batches, store):
+        """(start, [{name: value} per example], plain names or None when the batch was found in DIR)."""
+        for start, examples in batches:
+            if store is not None and store.has(start, len(examples)):
+                yield start, [{}] * len(examples), None
+                continue
+            per_example, plain = run_batch(self.model, self.tokenizer, self.source, self.ns, examples, start,
+                                           self.no_grad)
+            yield start, per_example, plain
+
+
+def _gather(gathered: dict, start: int, per_example: list) -> None:
+    """Append each example's values to its names' lists (None where an example saved nothing by that name)."""
+    for k, values in enumerate(per_example):
+        for name, value in values.items():
+            values_of_name = gathered.setdefault(name, [])
+            values_of_name.extend([None] * (start + k - len(values_of_name)))
+            values_of_name.append(value)
+
+
+@contextlib.contextmanager
+def _progress(total, shown: bool):
+    """A `tqdm.auto` bar counting examples (after a second, so a short run shows none)."""
+    from tqdm.auto import tqdm
+    bar = tqdm(total=total, desc="examples", unit="example", delay=1.0, disable=not shown)
+    try:
+        yield bar
+    finally:
+        bar.close()

@@ -1,0 +1,141 @@
+"""`--out DIR`: each finished batch's saved values in a safetensors file of its own, and an index.
+
+    DIR/index.json                   the cell, the batch size, every finished batch and the names saved
+    DIR/batch-00000016.safetensors   the batch that starts at example 16: tensor `name/k/path` is example
+                                     16+k's value of `name` (a path inside a list / dict value); the file's
+                                     metadata holds the shape of each value (which keys, which plain values)
+
+A file is written to a temporary name and moved into place with `os.replace`, and the index after it, so
+a batch is either whole in DIR or absent: a run stopped anywhere leaves DIR readable and resumable.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file, safe_open
+
+from ..errors import NbgradError
+
+INDEX = "index.json"
+
+
+class Store:
+    """The batches a run over a dataset has written to DIR."""
+
+    def __init__(self, folder, source: str, batch_size: int):
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.cell = hashlib.sha256(source.strip().encode()).hexdigest()[:16]
+        self.batch_size = batch_size
+        index = self._read_index()
+        if index and (index["cell"], index["batch_size"]) != (self.cell, batch_size):
+            raise NbgradError(f"--out {folder} holds the values of another cell or another --batch-size "
+                              f"({index['batch_size']}): give a new DIR, or delete this one to start again")
+        self.batches = {int(start): count for start, count in (index or {}).get("batches", {}).items()}
+        self.names = list((index or {}).get("names", []))
+
+    def has(self, start: int, count: int) -> bool:
+        return self.batches.get(start) == count and self._file(start).exists()
+
+    def write(self, start: int, per_example: list) -> None:
+        tensors, layout = {}, []
+        for k, values in enumerate(per_example):
+            layout.append({name: _flatten(value, f"{name}/{k}", tensors) for name, value in values.items()})
+            for name in values:
+                if name not in self.names:
+                    self.names.append(name)
+        _atomic(self._file(start), lambda path: save_file(
+            {key: tensor.contiguous() for key, tensor in tensors.items()}, str(path),
+            metadata={"layout": json.dumps(layout)}))
+        self.batches[start] = len(per_example)
+        index = {"cell": self.cell, "batch_size": self.batch_size, "names": self.names,
+                 "batches": {str(s): c for s, c in sorted(self.batches.items())}}
+        _atomic(self.folder / INDEX, lambda path: path.write_text(json.dumps(index, indent=1)))
+
+    def lists(self, count: int) -> dict:
+        """Each saved name as a list over the first `count` examples that loads a batch's file on access."""
+        return {name: StoredList(self, name, count) for name in self.names}
+
+    def load(self, start: int) -> list:
+        """[{name: value} per example] of the batch that starts at `start`."""
+        path = self._file(start)
+        with safe_open(str(path), framework="pt") as handle:
+            layout = json.loads(handle.metadata()["layout"])
+        tensors = load_file(str(path))
+        return [{name: _unflatten(shape, tensors) for name, shape in values.items()} for values in layout]
+
+    def _file(self, start: int) -> Path:
+        return self.folder / f"batch-{start:08d}.safetensors"
+
+    def _read_index(self):
+        path = self.folder / INDEX
+        return json.loads(path.read_text()) if path.exists() else None
+
+
+class StoredList:
+    """A read-only list of one saved name over the dataset, loading one batch's file at a time."""
+
+    def __init__(self, store: Store, name: str, count: int):
+        self.store, self.name, self.count = store, name, count
+        self._loaded = (None, None)      # (start, that batch's values): the last file read
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.count))]
+        if index < 0:
+            index += self.count
+        if not 0 <= index < self.count:
+            raise IndexError(f"{self.name}[{index}]: the run has {self.count} examples")
+        start = index - index % self.store.batch_size
+        if self._loaded[0] != start:
+            self._loaded = (start, self.store.load(start))
+        return self._loaded[1][index - start].get(self.name)
+
+    def __iter__(self):
+        return (self[i] for i in range(self.count))
+
+    def __repr__(self) -> str:
+        return f"<{self.count} values of {self.name!r} in {self.store.folder}, loaded on access>"
+
+
+def _atomic(path: Path, write) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(temporary)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def _flatten(value, key: str, tensors: dict):
+    """The value's shape for the metadata, its tensors put in `tensors` under paths from `key`."""
+    if isinstance(value, torch.Tensor):
+        tensors[key] = value.detach().cpu()
+        return {"tensor": key}
+    if isinstance(value, (list, tuple)):
+        return {type(value).__name__: [_flatten(v, f"{key}/{i}", tensors) for i, v in enumerate(value)]}
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {"dict": {k: _flatten(v, f"{key}/{k}", tensors) for k, v in value.items()}}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return {"plain": value}
+    raise NbgradError(f"--out writes tensors (and lists / dicts of them, numbers, strings); "
+                      f"{key.split('/')[0]} holds a {type(value).__name__}")
+
+
+def _unflatten(shape: dict, tensors: dict):
+    kind, content = next(iter(shape.items()))
+    if kind == "tensor":
+        return tensors[content]
+    if kind in ("list", "tuple"):
+        values = [_unflatten(v, tensors) for v in content]
+        return values if kind == "list" else tuple(values)
+    if kind == "dict":
+        return {k: _unflatten(v, tensors) for k, v in content.items()}
+    return content

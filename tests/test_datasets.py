@@ -1,0 +1,263 @@
+"""`--over DATASET`: each example its own invoke in a padded batch; values and gradients equal running each
+example alone with plain PyTorch hooks on the same weights. `--out DIR`: safetensors batches, resumed."""
+import json
+
+import pytest
+import torch
+from safetensors import safe_open
+
+import nbgrad
+from helpers import assert_clean, model_state
+
+PROMPTS = ["The Eiffel Tower is in the city of", "Hi", "A much longer prompt that talks about many different "
+           "things, one after the other", "Paris", "The capital of Italy is", "x y"]
+BODY = """
+last = model.transformer.h[1].output[:, -1].save()
+first_block = model.transformer.h[0].output.save()
+first_grad = model.transformer.h[0].output.grad.save()
+model.lm_head.output[:, -1].max().backward()
+"""
+
+
+def plain_run(model, prompt):
+    """The oracle: the example alone, hooks on the same weights, its own backward pass."""
+    tokenizer = nbgrad.tokenizer_for(model)
+    ids = torch.tensor([tokenizer(prompt)["input_ids"]])
+    kept = {}
+
+    def keep_first_block(module, args, output):
+        output.retain_grad()
+        kept["h0"] = output
+    hooks = [model.transformer.h[1].register_forward_hook(lambda m, a, o: kept.__setitem__("last", o[:, -1])),
+             model.transformer.h[0].register_forward_hook(keep_first_block)]
+    try:
+        logits = model(input_ids=ids).logits
+        logits[:, -1].max().backward()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return kept["last"].detach(), kept["h0"].detach(), kept["h0"].grad
+
+
+def check_against_plain_runs(model, saved, prompts):
+    for index, prompt in enumerate(prompts):
+        last, h0, h0_grad = plain_run(model, prompt)
+        length = h0.shape[1]
+        torch.testing.assert_close(saved["last"][index], last, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(saved["first_block"][index][:, -length:], h0, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(saved["first_grad"][index][:, -length:], h0_grad, atol=1e-5, rtol=1e-4)
+        padding = saved["first_grad"][index][:, :-length]
+        assert padding.numel() == 0 or padding.abs().max() == 0      # no gradient reaches the padding
+
+
+def test_values_and_gradients_over_a_list_equal_each_example_run_alone(default_model):
+    model = default_model
+    model.zero_grad()
+    namespace = {"model": model, "torch": torch}
+    result = nbgrad.trace(model, None, BODY, namespace, over=PROMPTS, batch_size=4)
+    assert [len(namespace[name]) for name in ("last", "first_block", "first_grad")] == [len(PROMPTS)] * 3
+    assert result.saved["last"] is namespace["last"]
+    grads_over = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    check_against_plain_runs(model, namespace, PROMPTS)
+    # each example's backward accumulated into the parameters, as the plain loop's did
+    for over, plain in zip(grads_over, (p.grad for p in model.parameters())):
+        torch.testing.assert_close(over, plain, atol=1e-4, rtol=1e-3)
+    model.zero_grad(set_to_none=True)
+    assert not [name for name in namespace if name.startswith("_nbgrad") or name.startswith("__nbgrad")]
+
+
+def test_a_backward_block_is_each_examples_own_pass(default_model):
+    """A `with L.backward():` block runs one pass per example (the plain `L.backward()` of the test above
+    runs one pass of the summed losses): both give each example its own gradient."""
+    model = default_model
+    body = ("top = model.lm_head.output[:, -1].max()\n"
+            "with top.backward():\n"
+            "    first_grad = model.transformer.h[0].output.grad.save()\n")
+    namespace = {"model": model}
+    nbgrad.trace(model, None, body, namespace, over=PROMPTS, batch_size=3)
+    model.zero_grad(set_to_none=True)
+    for index, prompt in enumerate(PROMPTS):
+        h0_grad = plain_run(model, prompt)[2]
+        torch.testing.assert_close(namespace["first_grad"][index][:, -h0_grad.shape[1]:], h0_grad, atol=1e-5, rtol=1e-4)
+    model.zero_grad(set_to_none=True)
+
+
+def test_a_datasets_dataset_reads_its_text_column_or_the_one_named(default_model):
+    datasets = pytest.importorskip("datasets")
+    model = default_model
+    table = datasets.Dataset.from_dict({"text": PROMPTS, "sentence": PROMPTS[::-1], "label": list(range(6))})
+    namespace = {"model": model}
+    nbgrad.trace(model, None, BODY, namespace, over=table, batch_size=3)
+    model.zero_grad(set_to_none=True)
+    check_against_plain_runs(model, namespace, PROMPTS)
+    nbgrad.trace(model, None, "x = model.transformer.h[1].output[:, -1].save()", namespace,
+                 over=table, column="sentence", batch_size=5)
+    for index, prompt in enumerate(PROMPTS[::-1]):
+        torch.testing.assert_close(namespace["x"][index], plain_run(model, prompt)[0], atol=1e-5, rtol=1e-4)
+    streamed = {"model": model}           # an IterableDataset, read as it streams
+    nbgrad.trace(model, None, "x = model.transformer.h[1].output[:, -1].save()", streamed,
+                 over=table.to_iterable_dataset(), column="sentence", batch_size=4)
+    assert len(streamed["x"]) == len(PROMPTS)
+    for here, there in zip(namespace["x"], streamed["x"]):
+        torch.testing.assert_close(there, here, atol=1e-5, rtol=1e-4)
+    model.zero_grad(set_to_none=True)
+    with pytest.raises(nbgrad.InputError, match="no column 'words'.*text, sentence, label"):
+        nbgrad.trace(model, None, "x = model.transformer.h[1].output.save()", namespace, over=table, column="words")
+
+
+def test_an_iterable_is_read_batch_by_batch(default_model):
+    model = default_model
+    calls, consumed_at_call = [], []
+    handle = model.register_forward_hook(lambda *_: calls.append(1))
+
+    def examples():
+        for index, prompt in enumerate(PROMPTS * 2):
+            consumed_at_call.append((index, len(calls)))
+            yield prompt
+    try:
+        namespace = {"model": model}
+        nbgrad.trace(model, None, "x = model.transformer.h[1].output[:, -1].save()", namespace,
+                     over=examples(), batch_size=4)
+    finally:
+        handle.remove()
+    assert len(calls) == 3 and len(namespace["x"]) == 12
+    # example i was read after the model had run the batches before its own, not all up front
+    assert all(calls_before == index // 4 for index, calls_before in consumed_at_call)
+
+
+def test_a_bad_example_names_its_index_and_input_and_leaves_the_model_clean(default_model):
+    model = default_model
+    before = model_state(model)
+    namespace = {"model": model}
+    with pytest.raises(nbgrad.NbgradError, match=r"example 4 \(INPUT ''\).*empty prompt"):
+        nbgrad.trace(model, None, "x = model.transformer.h[1].output.save()", namespace,
+                     over=["a b", "c", "d e f", "g", "", "h"], batch_size=3)
+    assert_clean(model, before)
+    assert "x" not in namespace and set(namespace) <= {"model", "__builtins__"}
+
+
+def test_an_error_in_the_body_names_the_example_and_the_cell_line(default_model):
+    model = default_model
+    before = model_state(model)
+    body = "ok = model.transformer.h[0].output[:, -1].save()\nfifth = model.transformer.h[0].output[:, 4].save()\n"
+    with pytest.raises(IndexError) as raised:
+        nbgrad.trace(model, None, body, {"model": model}, over=["one two three four five six", "Hi"], batch_size=1)
+    notes = " ".join(getattr(raised.value, "__notes__", []))
+    assert "example 1 (INPUT 'Hi')" in notes and "line 2 of the cell" in notes
+    assert_clean(model, before)
+    # and the next run works
+    namespace = {"model": model}
+    nbgrad.trace(model, None, body, namespace, over=["one two three four five six"])
+    assert len(namespace["fifth"]) == 1
+
+
+def test_an_interrupt_in_the_second_batch_leaves_model_and_namespace_clean(default_model):
+    model = default_model
+    before = model_state(model)
+    calls = []
+
+    def interrupt_second_call(*_):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+    handle = model.transformer.h[2].register_forward_hook(interrupt_second_call)
+    namespace = {"model": model, "kept": "before"}
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            nbgrad.trace(model, None, "kept = model.transformer.h[1].output[:, -1].save()\n", namespace,
+                         over=PROMPTS, batch_size=2)
+    finally:
+        handle.remove()
+    assert_clean(model, before)
+    assert namespace == {"model": model, "kept": "before"}       # nothing of the run's, the old value kept
+    nbgrad.trace(model, None, "kept = model.transformer.h[1].output[:, -1].save()\n", namespace, over=PROMPTS)
+    assert len(namespace["kept"]) == len(PROMPTS)
+
+
+def test_invoke_blocks_with_over_are_an_error_that_says_why(default_model):
+    with pytest.raises(nbgrad.NbgradError, match="once per example.*without `with invoke"):
+        nbgrad.trace(default_model, None, 'with invoke("a"):\n    x = model.transformer.h[0].output.save()\n',
+                     {"model": default_model}, over=["a"])
+
+
+def count_forward_calls(model):
+    calls = []
+    return calls, model.register_forward_hook(lambda *_: calls.append(1))
+
+
+def test_out_writes_safetensors_and_a_second_run_computes_nothing(default_model, tmp_path):
+    model = default_model
+    body = "last = model.transformer.h[1].output[:, -1].save()\npair = [last, last * 2]\n"
+    namespace = {"model": model}
+    nbgrad.trace(model, None, body + "nbgrad.save(pair)\n", dict(namespace, nbgrad=nbgrad), over=PROMPTS,
+                 batch_size=4, out=tmp_path / "acts")
+    index = json.loads((tmp_path / "acts" / "index.json").read_text())
+    assert index["batches"] == {"0": 4, "4": 2}
+    for start in (0, 4):
+        with safe_open(str(tmp_path / "acts" / f"batch-{start:08d}.safetensors"), framework="pt") as handle:
+            assert "last/0" in handle.keys()
+    calls, handle = count_forward_calls(model)
+    try:
+        again = {"model": model, "nbgrad": nbgrad}
+        nbgrad.trace(model, None, body + "nbgrad.save(pair)\n", again, over=PROMPTS, batch_size=4,
+                     out=tmp_path / "acts")
+    finally:
+        handle.remove()
+    assert calls == []
+    assert len(again["last"]) == len(PROMPTS) and not isinstance(again["last"], list)   # loads on access
+    for index, prompt in enumerate(PROMPTS):
+        torch.testing.assert_close(again["last"][index], plain_run(model, prompt)[0], atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(again["pair"][index][1], again["last"][index] * 2)
+    model.zero_grad(set_to_none=True)
+
+
+def test_a_stopped_run_keeps_finished_batches_and_the_rerun_computes_only_the_rest(default_model, tmp_path):
+    model = default_model
+    body = "last = model.transformer.h[1].output[:, -1].save()\n"
+    broken = ["a", "b", "c", "d", "e", "", "g", "h"]
+    with pytest.raises(nbgrad.NbgradError, match=r"example 5 \(INPUT ''\)"):
+        nbgrad.trace(model, None, body, {"model": model}, over=broken, batch_size=2, out=tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("batch-*")) == [f"batch-{s:08d}.safetensors" for s in (0, 2)]
+    assert not list(tmp_path.glob(".*tmp"))
+    calls, handle = count_forward_calls(model)
+    try:
+        namespace = {"model": model}
+        fixed = broken[:5] + ["f"] + broken[6:]
+        nbgrad.trace(model, None, body, namespace, over=fixed, batch_size=2, out=tmp_path)
+    finally:
+        handle.remove()
+    assert len(calls) == 2          # batches 4-5 and 6-7 only
+    for index, prompt in enumerate(fixed):
+        torch.testing.assert_close(namespace["last"][index], plain_run(model, prompt)[0], atol=1e-5, rtol=1e-4)
+    model.zero_grad(set_to_none=True)
+
+
+def test_out_refuses_a_folder_of_another_cell(default_model, tmp_path):
+    model = default_model
+    nbgrad.trace(model, None, "a = model.transformer.h[0].output[:, -1].save()", {"model": model},
+                 over=["x"], out=tmp_path)
+    with pytest.raises(nbgrad.NbgradError, match="another cell"):
+        nbgrad.trace(model, None, "b = model.transformer.h[1].output[:, -1].save()", {"model": model},
+                     over=["x"], out=tmp_path)
+
+
+def test_the_magic_takes_a_folder_and_a_column(shell, tmp_path):
+    datasets = pytest.importorskip("datasets")
+    shell.run_cell("model = nbgrad.load_model()")
+    shell.user_ns["table"] = datasets.Dataset.from_dict({"sentence": ["Hello there", "Hi", "Bye"]})
+    result = shell.run_cell(f"%%trace model --over table --column sentence --batch-size 2 --out {tmp_path}/acts -q\n"
+                            "h = model.transformer.h[0].output[:, -1].save()\n")
+    result.raise_error()
+    assert len(shell.user_ns["h"]) == 3 and (tmp_path / "acts" / "index.json").exists()
+
+
+def test_the_magic_binds_lists_and_says_so(shell, capsys):
+    shell.run_cell("model = nbgrad.load_model()\nprompts = ['Hello there', 'Hi']")
+    result = shell.run_cell("%%trace model --over prompts --batch-size 1 --no-grad\n"
+                            "h = model.transformer.h[0].output[:, -1].save()\n")
+    result.raise_error()
+    assert len(shell.user_ns["h"]) == 2
+    assert "h (2 values)" in capsys.readouterr().out
+    failed = shell.run_cell("%%trace model 'Hi' --over prompts\nh = model.transformer.h[0].output.save()\n")
+    assert "INPUT `'Hi'` and --over together" in str(failed.error_in_exec)

@@ -1,0 +1,97 @@
+"""`--engine ray`: the same cell on a local two-worker Ray cluster gives what `--engine local` gives, and
+the work runs in the workers' processes. One cluster for the module, shut down at the end."""
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+import nbgrad
+from helpers import assert_clean, model_state, tiny_gpt2
+
+ray = pytest.importorskip("ray")
+
+PROMPTS = ["The Eiffel Tower is in", "Hi", "A longer prompt about several things", "Paris", "x y z"]
+BODY = """
+last = model.transformer.h[1].output[:, -1].save()
+grad = model.transformer.h[0].output.grad[:, -1].save()
+model.lm_head.output[:, -1].max().backward()
+pid = nbgrad.save(torch.tensor(os.getpid()))
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    # Workers import nbgrad as this process does: the working tree first, when the tests run from it.
+    tests = Path(__file__).resolve().parent
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR",
+             runtime_env={"env_vars": {"PYTHONPATH": f"{tests.parent}:{tests}", "OMP_NUM_THREADS": "1"}})
+    yield
+    ray.shutdown()
+
+
+def no_model():
+    raise RuntimeError("this run was to compute nothing")
+
+
+def namespace_for(model):
+    return {"model": model, "torch": torch, "nbgrad": nbgrad, "os": os}
+
+
+def test_ray_with_two_workers_equals_local_and_runs_in_the_workers(cluster, default_model, tmp_path):
+    model = default_model
+    local = namespace_for(model)
+    nbgrad.trace(model, None, BODY, local, over=PROMPTS, batch_size=2)
+    on_ray = namespace_for(model)
+    nbgrad.trace(model, None, BODY, on_ray, over=PROMPTS, batch_size=2, engine="ray", workers=2)
+    model.zero_grad(set_to_none=True)
+    for name in ("last", "grad"):
+        assert len(on_ray[name]) == len(PROMPTS)
+        for here, there in zip(local[name], on_ray[name]):
+            torch.testing.assert_close(there, here, atol=1e-5, rtol=1e-4)
+    pids = {int(pid) for pid in on_ray["pid"]}
+    assert os.getpid() not in pids and len(pids) == 2          # both workers, neither of them this process
+    assert {int(pid) for pid in local["pid"]} == {os.getpid()}
+    # --out with ray: the notebook writes, and a second run computes nothing: its workers could not even
+    # build a model, and none is asked to
+    first = namespace_for(model)
+    nbgrad.trace(model, None, BODY, first, over=PROMPTS, batch_size=2, engine="ray", out=tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("batch-*")) == [f"batch-{s:08d}.safetensors" for s in (0, 2, 4)]
+    again = namespace_for(model)
+    nbgrad.trace(model, None, BODY, again, over=PROMPTS, batch_size=2, engine="ray", out=tmp_path,
+                 model_factory=no_model)
+    model.zero_grad(set_to_none=True)
+    assert [int(p) for p in again["pid"]] == [int(p) for p in first["pid"]]
+    for here, there in zip(local["last"], again["last"]):
+        torch.testing.assert_close(there, here, atol=1e-5, rtol=1e-4)
+
+
+def test_a_model_factory_builds_the_workers_model(cluster):
+    model = tiny_gpt2(n_layer=2, seed=3)
+    ids = [torch.tensor([[1, 2, 3]]), torch.tensor([[4, 5, 6]])]
+    body = "h = model.transformer.h[1].output[:, -1].save()\n"
+    local, on_ray = {"model": model}, {"model": model}
+    nbgrad.trace(model, None, body, local, over=ids, batch_size=1)
+    with pytest.raises(nbgrad.NbgradError, match="not loaded by nbgrad.load_model.*--model-factory"):
+        nbgrad.trace(model, None, body, on_ray, over=ids, engine="ray")
+    nbgrad.trace(model, None, body, on_ray, over=ids, batch_size=1, engine="ray", workers=1,
+                 model_factory=lambda: tiny_gpt2(n_layer=2, seed=3))
+    for here, there in zip(local["h"], on_ray["h"]):
+        torch.testing.assert_close(there, here)
+
+
+def test_an_unpicklable_name_is_an_error_before_anything_runs(cluster, default_model):
+    import threading
+    model = default_model
+    before = model_state(model)
+    calls = []
+    handle = model.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        namespace = {"model": model, "lock": threading.Lock()}
+        with pytest.raises(nbgrad.NbgradError, match="`lock`.*cannot be pickled"):
+            nbgrad.trace(model, None, "x = model.transformer.h[0].output.save()\nlock.locked()\n", namespace,
+                         over=PROMPTS, engine="ray")
+    finally:
+        handle.remove()
+    assert calls == [] and "x" not in namespace
+    assert_clean(model, before)
