@@ -18,7 +18,8 @@ def test_tutorial_renders(lab, lab_root, page, name):
     errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").all_inner_texts()
     tracebacks = [e for e in errors if "Traceback" in e or "Error" in e.split("\n")[0]]
     assert not tracebacks, tracebacks[:1]
-    pictures = page.locator(".jp-OutputArea .nbgrad-panel, .jp-OutputArea img, .jp-OutputArea .nbgrad-tokens")
+    pictures = page.locator(".jp-OutputArea .nbgrad-panel, .jp-OutputArea img, .jp-OutputArea .nbgrad-tokens, "
+                            ".jp-OutputArea .nbgrad-cache")
     assert pictures.count() >= 1
     dismiss_popups(page)
     pictures.first.scroll_into_view_if_needed()
