@@ -2,8 +2,10 @@
 makes, and how many tensor operations nbgrad adds to the model's own. A change that makes the common cell
 do more shows up here, in `make test`, not only in `bench/overhead.py`."""
 import collections
+import gc
 import os
 import sys
+import weakref
 
 import pytest
 import torch
@@ -80,3 +82,21 @@ def test_ids_edited_in_place_between_cells_are_checked_again(default_model):
     ids[0, 1] = 10 ** 6
     with pytest.raises(nbgrad.InputError, match="INPUT has token id 1000000, outside the model's vocabulary"):
         nbgrad.trace(default_model, ids, ONE_READ)
+
+
+def test_the_graph_is_drawn_when_read_and_the_result_keeps_no_unsaved_value(default_model):
+    ids = nbgrad.tokenizer_for(default_model)("The capital of France is", return_tensors="pt")["input_ids"]
+    seen = []
+    handle = default_model.transformer.h[0].register_forward_hook(lambda m, a, out: seen.append(weakref.ref(out)))
+    try:
+        with torch.no_grad():      # no autograd graph: only a reference of nbgrad's could keep block 0's output
+            result = nbgrad.trace(default_model, ids, "h0 = model.transformer.h[0].output\n" + ONE_READ)
+    finally:
+        handle.remove()
+    assert type(result.__dict__["_graph"]).__name__ == "Later"      # nothing drawn yet
+    gc.collect()
+    assert seen[0]() is None, "the Result keeps a value the cell read but did not save alive"
+    runs = result.graph.runs
+    woken = [(run.line, run.woke_by, run.phase) for run in runs if run.woke_by]
+    assert woken == [(1, "model.transformer.h[0].output", "forward"), (2, "model.transformer.h[-1].output", "forward")]
+    assert result.graph is result.graph                                  # drawn once

@@ -23,6 +23,29 @@ class Result:
         return self.saved[name]
 
 
+class Later:
+    """A value built on first read: `Result.graph` given as `Later(build, *args)` is `build(*args)`."""
+    __slots__ = ("build", "args")
+
+    def __init__(self, build, *args):
+        self.build, self.args = build, args
+
+
+def _graph(result: Result):
+    graph = result.__dict__["_graph"]
+    if type(graph) is Later:
+        graph = result.__dict__["_graph"] = graph.build(*graph.args)
+    return graph
+
+
+def _set_graph(result: Result, graph) -> None:
+    result.__dict__["_graph"] = graph
+
+
+# Set after the dataclass is made: a property in the class body would be taken for the field's default.
+Result.graph = property(_graph, _set_graph, doc="The hook graph of the cell (with what ran, after a run).")
+
+
 class SavedValues:
     """Every value the cell saved, by id, with the label and line it was saved at."""
 

@@ -23,7 +23,7 @@ from ..compile.graph import HookGraph, Run
 from .gradients import GradientEvents
 from .hookset import HookSet
 from ..compile.program import Backward, GradRead, GradWrite, Program, Read, Write
-from .result import Result, SavedValues, grad_pairs
+from .result import Later, Result, SavedValues, grad_pairs
 from .scheduler import Scheduler
 from .caching import start_cache
 from .stopping import StopRun, request_stop
@@ -231,10 +231,7 @@ class Runtime:
 
     def graph(self):
         """The hook graph with what happened in this run: which event woke each statement, and when."""
-        uses, nodes = self.program.uses, self.program.graph.nodes
-        runs = [Run(node, nodes[node].line, uses[use].describe() if use is not None else None, phase)
-                for node, use, phase in self.scheduler.timeline]
-        return HookGraph(nodes, self.program.graph.passes, runs, self.scheduler.failed)
+        return run_graph(self.program, self.scheduler.timeline, self.scheduler.failed)
 
     # --- end of the cell ------------------------------------------------------------------------
 
@@ -252,6 +249,17 @@ class Runtime:
         bound = self.program.bound_names
         saved = self.saved.by_name(bound, self.ns)
         invoke_of = self.saved.invoke_of
-        return Result(saved=saved, graph=self.graph(), shapes=self.shapes,
+        # The picture is drawn from the timeline only when someone looks (a panel, `result.graph`): a loop of
+        # traces that reads values only never pays for it. Holds the program and timeline, not the runtime.
+        graph = Later(run_graph, self.program, self.scheduler.timeline, self.scheduler.failed)
+        return Result(saved=saved, graph=graph, shapes=self.shapes,
                       grad_pairs=grad_pairs(saved, self.gradients.sources, bound, self.ns),
                       saved_invokes={name: invoke_of[id(v)] for name, v in saved.items() if id(v) in invoke_of})
+
+
+def run_graph(program: Program, timeline: list, failed) -> HookGraph:
+    """The hook graph with what happened in a run: which event woke each statement, and when."""
+    uses, nodes = program.uses, program.graph.nodes
+    runs = [Run(node, nodes[node].line, uses[use].describe() if use is not None else None, phase)
+            for node, use, phase in timeline]
+    return HookGraph(nodes, program.graph.passes, runs, failed)
