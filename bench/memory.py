@@ -12,7 +12,6 @@ Run: `python bench/memory.py [--cells 1000] [--tokens 64] [--device cpu|cuda]`.
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 
 CELL = """%%trace model "The capital of France is Paris." -q
@@ -91,7 +90,8 @@ def with_trace(model, ids, block: int) -> dict:
 
 def peak_of(fn, device_type: str) -> int:
     """Peak tensor memory that `fn()` allocates above what was allocated before it, in bytes: the CUDA
-    caching allocator's peak on a GPU, else the running sum of the CPU profiler's allocation events."""
+    caching allocator's peak on a GPU; on the CPU, the peak of the bytes held by storages that `fn`'s own
+    operations made (LiveStorages)."""
     import torch
     if device_type == "cuda":
         torch.cuda.synchronize()
@@ -100,12 +100,44 @@ def peak_of(fn, device_type: str) -> int:
         fn()
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - base
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with _live_storages_mode()() as live:
         fn()
-    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
-                    key=lambda e: e.start_ns())
-    return max(itertools.accumulate(e.nbytes() for e in events), default=0)
+    return live.peak
+
+
+def _live_storages_mode():
+    import weakref
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class LiveStorages(TorchDispatchMode):
+        """Counts the bytes of every new storage an operation makes while it lives (a view or an in-place
+        result shares an input's storage and is not new). Deterministic, unlike the CPU profiler's memory
+        events, whose running sum also subtracts what was freed of memory allocated before the window."""
+
+        def __init__(self):
+            super().__init__()
+            self.live = self.peak = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            inputs = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs))
+                      if isinstance(t, torch.Tensor)}
+            for tensor in tree_leaves(out):
+                if not isinstance(tensor, torch.Tensor) or tensor.untyped_storage().data_ptr() in inputs:
+                    continue
+                size = tensor.untyped_storage().nbytes()
+                inputs.add(tensor.untyped_storage().data_ptr())
+                self.live += size
+                self.peak = max(self.peak, self.live)
+                weakref.finalize(tensor, self._freed, size)
+            return out
+
+        def _freed(self, size):
+            self.live -= size
+    return LiveStorages
 
 
 def peak_bytes(run, model, ids, block: int) -> int:
