@@ -65,6 +65,7 @@ bench: install
 	$(PY) bench/widgets.py
 	$(PY) bench/attribution.py
 	$(PY) bench/cache.py
+	$(PY) bench/source.py
 	$(PY) bench/dataset_runs.py
 
 # The fuzz test with many random cells, and an interrupt at every line nbgrad runs (minutes).
