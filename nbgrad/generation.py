@@ -18,7 +18,7 @@ from torch import nn
 from . import models
 from .engine.compile.helpers import compile_with_helpers
 from .engine.run.moduletree import compiled_inner
-from .engine.run.result import Result
+from .engine.run.result import Result, holds_saved
 from .engine.run.rows import InvokeRows
 from .engine.run.runtime import Runtime
 from .errors import GradError, InputError, NbgradError
@@ -147,7 +147,7 @@ class Generation:
         saved_ids = {id(value) for value in result.saved.values()}
         self.saved.append(result.saved)
         self.bound.append({name: self.ns[name] for name in sorted(self.program.bound_names)
-                           if name in self.ns and _holds(self.ns[name], saved_ids)})
+                           if name in self.ns and holds_saved(self.ns[name], saved_ids)})
         self.shapes = result.shapes
         self.saved_invokes.update(result.saved_invokes)
         self.top_next.append(_top_next(output))
@@ -196,14 +196,6 @@ def _arguments(input, model: nn.Module, tokenizer) -> tuple:
     finally:
         tokenizer.padding_side = side
 
-
-def _holds(value, saved_ids: set) -> bool:
-    """Is this a value the step saved, or a list / tuple / dict holding one?"""
-    if id(value) in saved_ids:
-        return True
-    if isinstance(value, dict):
-        value = list(value.values())
-    return isinstance(value, (list, tuple)) and any(id(element) in saved_ids for element in value)
 
 
 def _top_next(output):

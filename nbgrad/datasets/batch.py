@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from ..engine.run.result import holds_saved
 from ..engine.run.rows import InvokeRows
 from ..engine.run.runtime import Runtime
 from ..errors import NbgradError
@@ -44,7 +45,7 @@ def run_batch(model, tokenizer, source: str, namespace: dict, examples: list, st
             value = private.get(prefixed(name, k), _MISSING)
             if value is _MISSING:
                 continue
-            if _holds(value, saved_ids):
+            if holds_saved(value, saved_ids):
                 values[name] = detached(value)
             elif not _has_tensor(value):
                 plain[name] = value
@@ -100,14 +101,6 @@ def detached(value):
         return {key: detached(v) for key, v in value.items()}
     return value
 
-
-def _holds(value, saved_ids: set) -> bool:
-    """Is this a value the example saved, or a list / tuple / dict holding one?"""
-    if id(value) in saved_ids:
-        return True
-    if isinstance(value, dict):
-        value = list(value.values())
-    return isinstance(value, (list, tuple)) and any(id(element) in saved_ids for element in value)
 
 
 def _has_tensor(value) -> bool:

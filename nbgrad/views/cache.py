@@ -22,11 +22,12 @@ class CachePanel:
         self.rows = summary["rows"][:shown]
         self.hidden_rows = max(0, len(summary["rows"]) - shown)
         self.nbytes, self.modules = summary["nbytes"], summary["modules"]
+        self.memory = summary["memory"]          # the size as the Cache's own repr says it
         self.title, self.tokens = title, tokens
 
     def text(self) -> str:
         head = f"{self.title}: " if self.title else ""
-        lines = [f"{head}Cache of {self.modules} modules, {_human(self.nbytes)}"]
+        lines = [f"{head}Cache of {self.modules} modules, {self.memory}"]
         for row in self.rows:
             values = ", ".join(f"{v:.3g}" for v in row["values"][:8])
             lines.append(f"  {row['path']} {tuple(row['shape'])}: {values}{' ...' if len(row['values']) > 8 else ''}")
@@ -41,7 +42,7 @@ class CachePanel:
         legend = legend_html(bound, "gradient × activation rows; hover a cell for its value") if signed else ""
         title = f"<b>{html.escape(self.title)}</b> · " if self.title else ""
         return (f'<div class="nbgrad-cache" style="font-family:sans-serif;font-size:12px">'
-                f"<div>{title}Cache: {self.modules} modules, {html.escape(_human(self.nbytes))} · norm per "
+                f"<div>{title}Cache: {self.modules} modules, {html.escape(self.memory)} · norm per "
                 f"position (0 … {top:.3g})</div><table style=\"border-collapse:collapse\">{''.join(lines)}</table>"
                 f"{legend}{notes}</div>")
 
@@ -69,11 +70,3 @@ class CachePanel:
 def _sequential(values: list, top: float) -> list:
     levels = np.clip(np.round(np.nan_to_num(np.asarray(values, dtype=np.float64)) / top * 255), 0, 255).astype(int)
     return [tuple(int(c) for c in SEQUENTIAL[level]) for level in levels]
-
-
-def _human(size: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size} B"

@@ -145,7 +145,7 @@ class Cache(Mapping):
                 if isinstance(grad, torch.Tensor) and grad.shape == tensor.shape:
                     rows.append({"path": f"{label} grad×act", "shape": list(grad.shape), "signed": True,
                                  "values": _per_position(tensor, grad, max_positions)})
-        return {"rows": rows, "nbytes": self.nbytes, "modules": len(self)}
+        return {"rows": rows, "nbytes": self.nbytes, "memory": _human(self.nbytes), "modules": len(self)}
 
     def __repr__(self):
         extra = [name for name in ("inputs", "grads") if self.options.get(name)]

@@ -103,3 +103,12 @@ def grad_pairs(saved: dict, grad_sources: dict, bound_names: frozenset, namespac
         if source is not None and source in names:
             pairs[name] = names[source]
     return pairs
+
+
+def holds_saved(value, saved_ids: set) -> bool:
+    """Is this a value a run saved (by id), or a list / tuple / dict holding one?"""
+    if id(value) in saved_ids:
+        return True
+    if isinstance(value, dict):
+        value = list(value.values())
+    return isinstance(value, (list, tuple)) and any(id(element) in saved_ids for element in value)
