@@ -261,3 +261,27 @@ def test_the_magic_binds_lists_and_says_so(shell, capsys):
     assert "h (2 values)" in capsys.readouterr().out
     failed = shell.run_cell("%%trace model 'Hi' --over prompts\nh = model.transformer.h[0].output.save()\n")
     assert "INPUT `'Hi'` and --over together" in str(failed.error_in_exec)
+
+
+def test_sites_and_a_cache_in_the_body_are_each_examples_own(default_model):
+    model = default_model
+    before = model_state(model)
+    namespace = {"model": model}
+    prompts = ["The Eiffel Tower is in", "Hi", "x y z"]
+    nbgrad.trace(model, None, 'c = cache("transformer.h.0.attn.c_attn")\n'
+                 "site = model.transformer.h[0].attn.source.self_c_attn_1.output.save()\n",
+                 namespace, over=prompts, batch_size=2)
+    assert "forward" not in vars(model.transformer.h[0].attn)
+    tokenizer = nbgrad.tokenizer_for(model)
+    for index, prompt in enumerate(prompts):
+        kept = {}
+        handle = model.transformer.h[0].attn.c_attn.register_forward_hook(lambda m, a, o: kept.setdefault("o", o))
+        try:
+            model(input_ids=torch.tensor([tokenizer(prompt)["input_ids"]]))
+        finally:
+            handle.remove()
+        length = kept["o"].shape[1]
+        torch.testing.assert_close(namespace["site"][index][:, -length:], kept["o"], atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(namespace["c"][index]["transformer.h.0.attn.c_attn"][:, -length:], kept["o"],
+                                   atol=1e-5, rtol=1e-4)
+    assert_clean(model, before)

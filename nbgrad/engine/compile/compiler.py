@@ -49,8 +49,9 @@ def compile_statements(source: str, body: list, mode: str = "trace") -> Program:
     global _serial
     _serial += 1
     filename = register_cell_source(source, _serial)
-    compile(ast.fix_missing_locations(ast.Module(body=body, type_ignores=[])), filename, "exec")
-    return _Builder(source, mode, filename).build(body)
+    module = open_sources(ast.fix_missing_locations(ast.Module(body=body, type_ignores=[])))
+    compile(module, filename, "exec")
+    return _Builder(source, mode, filename).build(module.body)
 
 
 class _Builder:
