@@ -29,6 +29,10 @@ def notebook(shell, tiny):
 
 def plain_run(model, edit_block=None):
     """Block outputs and logits with plain forward hooks; `edit_block` zeroes that block's last position."""
+    return plain_run_on(model, IDS, edit_block)
+
+
+def plain_run_on(model, ids, edit_block=None):
     outputs, handles = {}, []
     for index, block in enumerate(model.transformer.h):
         def hook(mod, args, output, index=index):
@@ -39,7 +43,7 @@ def plain_run(model, edit_block=None):
             return output
         handles.append(block.register_forward_hook(hook))
     try:
-        logits = model(IDS).logits
+        logits = model(ids).logits
     finally:
         for handle in handles:
             handle.remove()
@@ -81,3 +85,18 @@ def test_a_helper_called_some_other_way_still_gets_the_hint(notebook, tiny):
     assert isinstance(result.error_in_exec, AttributeError)
     assert "called some other way" in "\n".join(getattr(result.error_in_exec, "__notes__", []))
     assert_clean(tiny, before)
+
+
+def test_helpers_in_a_run_over_a_dataset(notebook, tiny):
+    before = model_state(tiny)
+    notebook.user_ns["rows"] = [IDS, IDS.flip(1), IDS + 1]      # one length: this model has no tokenizer to pad
+    result = notebook.run_cell("%%trace model --over rows --batch-size 2 -q\nearly = resid(0).save()\n"
+                               "silence(1)\nlogits = model.output.logits.save()")
+    assert result.success, result.error_in_exec
+    edited = [plain_run_on(tiny, ids, edit_block=1) for ids in notebook.user_ns["rows"]]
+    for k, (outputs, logits) in enumerate(edited):
+        length = logits.shape[1]
+        assert torch.allclose(notebook.user_ns["early"][k][:, -length:], outputs[0], atol=1e-5)
+        assert torch.allclose(notebook.user_ns["logits"][k][:, -length:], logits, atol=1e-5)
+    assert_clean(tiny, before)
+    notebook.user_ns.pop("rows")

@@ -19,10 +19,10 @@ _MISSING = object()
 
 
 def run_batch(model, tokenizer, source: str, namespace: dict, examples: list, start: int,
-              no_grad: bool = False) -> tuple:
+              no_grad: bool = False, helpers: tuple = ()) -> tuple:
     """([{name: value} per example], {name: value} of the last example's unsaved plain values)."""
     __tracebackhide__ = True
-    cell = replicated(source, len(examples))
+    cell = replicated(source, len(examples), helpers)
     invokes = cell.program.invokes
     try:
         args, kwargs, spans = batch_invokes(examples, invokes, model, tokenizer)

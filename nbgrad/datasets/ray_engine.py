@@ -40,12 +40,13 @@ def _worker_class():
             self.model, self.tokenizer = model_to_trace(build(), note=False)
             self.modules = dict(self.model.named_modules())
 
-        def run(self, source, shipped, examples, start, no_grad):
+        def run(self, source, shipped, examples, start, no_grad, helpers):
             from .batch import run_batch
             namespace = {name: self.model if value == "__nbgrad_model__" else
                          self.modules[value.path] if isinstance(value, _ModulePath) else value
                          for name, value in shipped.items()}
-            per_example, plain = run_batch(self.model, self.tokenizer, source, namespace, examples, start, no_grad)
+            per_example, plain = run_batch(self.model, self.tokenizer, source, namespace, examples, start, no_grad,
+                                           helpers)
             return per_example, plain, os.getpid()
 
     return DatasetWorker
@@ -56,10 +57,11 @@ class RayBatches:
     the first batch needs one (a run whose batches are all in DIR starts none) and kept for the next run of
     the same model on the same cluster (loading a model is most of a short run's time)."""
 
-    def __init__(self, model: nn.Module, source: str, namespace: dict, no_grad: bool, workers, model_factory):
+    def __init__(self, model: nn.Module, source: str, namespace: dict, no_grad: bool, workers, model_factory,
+                 helpers: tuple = ()):
         self.build, self.key = _builder(model, model_factory)
         self.shipped = shipped_names(source, namespace, model)      # errors here: nothing has run
-        self.source, self.no_grad, self.workers = source, no_grad, workers
+        self.source, self.no_grad, self.workers, self.helpers = source, no_grad, workers, helpers
         self.actors: list = []
 
     def run(self, batches, store):
@@ -76,7 +78,7 @@ class RayBatches:
                     while not free:
                         yield from self._finish_first(pending, free, ray)
                     actor = free.popleft()
-                    task = actor.run.remote(self.source, self.shipped, examples, start, self.no_grad)
+                    task = actor.run.remote(self.source, self.shipped, examples, start, self.no_grad, self.helpers)
                     pending.append((start, len(examples), task, actor))
                 while pending and pending[0][2] is None:
                     start, count, _, _ = pending.popleft()

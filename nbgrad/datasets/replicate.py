@@ -33,7 +33,7 @@ def unprefixed(text: str) -> str:
 class Replicated:
     """The program for `count` examples of one cell, the names each copy binds, the cell's line count."""
 
-    def __init__(self, source: str, count: int):
+    def __init__(self, source: str, count: int, helpers: tuple = ()):
         self.source = textwrap.dedent(source)
         self.lines = max(1, len(self.source.splitlines()))
         tree = ast.parse(self.source)
@@ -49,7 +49,7 @@ class Replicated:
         text = "\n".join([self.source.rstrip("\n")] * count) + "\n"
         # The compiler's own checks first (a syntax error is the cell's, at its own line)
         compile(tree, "<cell>", "exec")
-        self.program = compile_statements(text, body, "trace")
+        self.program = compile_statements(text, body, "trace", helpers)
 
     def cell_line(self, line: int | None) -> tuple:
         """(cell line, example in the batch) of a line of the repeated text."""
@@ -59,9 +59,10 @@ class Replicated:
 
 
 @lru_cache(maxsize=16)
-def replicated(source: str, count: int) -> Replicated:
-    """Compiled once per cell and batch size (the last batch of a dataset may be smaller)."""
-    return Replicated(source, count)
+def replicated(source: str, count: int, helpers: tuple = ()) -> Replicated:
+    """Compiled once per cell and batch size (the last batch of a dataset may be smaller). `helpers`: the
+    functions from earlier cells that the cell calls (compile/helpers.py), found where the run began."""
+    return Replicated(source, count, helpers)
 
 
 def _is_invoke(stmt) -> bool:

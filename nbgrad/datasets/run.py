@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 
 from ..engine.compile.compiler import compile_cell
+from ..engine.compile.helpers import called_helpers
 from ..engine.run import checks
 from ..engine.run.result import Result
 from ..errors import ArgumentError
@@ -27,8 +28,10 @@ def trace_over(model, source: str, namespace: dict | None, over, *, batch_size: 
     checks.trace_arguments(model, namespace)
     if engine not in ENGINES:
         raise ArgumentError(f"--engine is 'local' or 'ray', not {engine!r}")
-    graph = compile_cell(source, "trace").graph     # the cell's own errors first, before any example runs
+    compile_cell(source, "trace")                   # the cell's own errors first, before any example runs
     namespace = default_namespace(namespace, model)
+    helpers = called_helpers(source, "trace", namespace)     # read here: a worker has no earlier cells
+    graph = compile_cell(source, "trace", helpers).graph
     traced, tokenizer = model_to_trace(model, tokenizer)
     store = Store(out, source, batch_size) if out is not None else None
     gathered: dict = {}
@@ -37,9 +40,9 @@ def trace_over(model, source: str, namespace: dict | None, over, *, batch_size: 
     with _progress(reading.total(over), progress) as bar:
         if engine == "ray":
             from .ray_engine import RayBatches
-            batches = RayBatches(model, source, namespace, no_grad, workers, model_factory)
+            batches = RayBatches(model, source, namespace, no_grad, workers, model_factory, helpers)
         else:
-            batches = _LocalBatches(traced, tokenizer, source, namespace, no_grad)
+            batches = _LocalBatches(traced, tokenizer, source, namespace, no_grad, helpers)
         for start, per_example, last_plain in batches.run(reading.batches(over, batch_size, column), store):
             done = start + len(per_example)
             if store is not None:
@@ -58,8 +61,9 @@ def trace_over(model, source: str, namespace: dict | None, over, *, batch_size: 
 class _LocalBatches:
     """Batches run here, one after the other."""
 
-    def __init__(self, model, tokenizer, source: str, namespace: dict, no_grad: bool):
+    def __init__(self, model, tokenizer, source: str, namespace: dict, no_grad: bool, helpers: tuple = ()):
         self.model, self.tokenizer, self.source, self.ns, self.no_grad = model, tokenizer, source, namespace, no_grad
+        self.helpers = helpers
 
     def run(self, batches, store):
         """(start, [{name: value} per example], plain names or None when the batch was found in DIR)."""
@@ -68,7 +72,7 @@ class _LocalBatches:
                 yield start, [{}] * len(examples), None
                 continue
             per_example, plain = run_batch(self.model, self.tokenizer, self.source, self.ns, examples, start,
-                                           self.no_grad)
+                                           self.no_grad, self.helpers)
             yield start, per_example, plain
 
 

@@ -43,7 +43,7 @@ def compile_cell(source: str, mode: str = "trace", helpers: tuple = ()) -> Progr
     return _Builder(source, mode, filename, helpers).build(open_sources(module).body)
 
 
-def compile_statements(source: str, body: list, mode: str = "trace") -> Program:
+def compile_statements(source: str, body: list, mode: str = "trace", helpers: tuple = ()) -> Program:
     """Compile statements a driver built (not cached): `body` is parsed from `source`, which tracebacks
     and the hook graph show (a dataset run repeats a cell once per example, each copy on lines of its own)."""
     global _serial
@@ -51,7 +51,7 @@ def compile_statements(source: str, body: list, mode: str = "trace") -> Program:
     filename = register_cell_source(source, _serial)
     module = open_sources(ast.fix_missing_locations(ast.Module(body=body, type_ignores=[])))
     compile(module, filename, "exec")
-    return _Builder(source, mode, filename).build(module.body)
+    return _Builder(source, mode, filename, helpers).build(module.body)
 
 
 class _Builder:

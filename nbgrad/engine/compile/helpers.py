@@ -16,11 +16,21 @@ from .compiler import compile_cell
 def compile_with_helpers(source: str, mode: str, namespace: dict | None):
     """The cell's Program, with the helpers it calls directly (if any) compiled into it."""
     program = compile_cell(source, mode)
-    if namespace is None or not program.called_names:
+    if namespace is None or not program.called_names:      # the common cell: one cached compile, no lookup
         return program
-    helpers = tuple((name, text) for name in sorted(program.called_names)
-                    if (text := helper_source(namespace.get(name), namespace)) is not None)
+    helpers = _helpers_of(program, namespace)
     return compile_cell(source, mode, helpers) if helpers else program
+
+
+def called_helpers(source: str, mode: str, namespace: dict | None) -> tuple:
+    """(name, source) of each helper from an earlier cell that the cell calls directly, by name."""
+    program = compile_cell(source, mode)
+    return _helpers_of(program, namespace) if namespace is not None and program.called_names else ()
+
+
+def _helpers_of(program, namespace: dict) -> tuple:
+    return tuple((name, text) for name in sorted(program.called_names)
+                 if (text := helper_source(namespace.get(name), namespace)) is not None)
 
 
 def helper_source(function, namespace: dict) -> str | None:
