@@ -195,6 +195,27 @@ def test_run_with_cache_with_a_loss(tiny):
     assert list(plain) == ["lm_head"] and plain["lm_head"].dtype == torch.bfloat16
 
 
+def test_grads_of_every_module_include_the_model_itself_and_a_block_a_backward_waits_on(tiny):
+    """The model's own output arrives as the backward statement that waits on it runs, and a block's output
+    can be what a statement waiting on it backpropagates from: each still gets its gradient."""
+    tiny.zero_grad()
+    before = model_state(tiny)
+    loss = lambda out: out.logits[0, -1].logsumexp(-1)      # noqa: E731
+    _, c = nbgrad.run_with_cache(tiny, IDS, grads=True, loss=loss)
+    tiny.zero_grad()
+    _, _, grads, _ = hooked(tiny, IDS, loss=loss)
+    tiny.zero_grad()
+    assert "" in grads and set(c.grads) == set(grads)
+    for path in grads:
+        assert torch.allclose(c.grads[path], grads[path]), path
+    ns = {"model": tiny}
+    nbgrad.trace(tiny, IDS, "c = cache('transformer.h.1', grads=True)\n"
+                 "model.transformer.h[1].output.sum().backward()", ns)
+    tiny.zero_grad()
+    assert torch.equal(ns["c"].grads["transformer.h.1"], torch.ones_like(ns["c"]["transformer.h.1"]))
+    assert_clean(tiny, before)
+
+
 def test_a_cache_per_generation_step(default_model):
     before = model_state(default_model)
     ns = {"model": default_model}

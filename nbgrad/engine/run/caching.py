@@ -95,16 +95,21 @@ class CacheRecorder:
         store = self.cache._outputs if kind == "output" else self.cache._inputs
         keep_live = kind == "output" and self.cache.options["grads"]
 
+        def seen(value):        # before the statements on this event: one of them may start the backward pass
+            tensor = main_tensor(value)
+            if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
+                self.live.append((path, _calls(store, path), tensor))
+
         def arrived(value):
-            if keep_live:
-                tensor = main_tensor(value)
+            if keep_live and self.live and self.live[-1][:2] == (path, _calls(store, path)):
+                tensor = main_tensor(value)        # a statement may have put another tensor in its place
                 if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
-                    self.live.append((path, _calls(store, path), tensor))
+                    self.live[-1] = (path, self.live[-1][1], tensor)
             if self.invoke is not None:
                 value = self.runtime.rows.view(value, self.invoke)
             _put(store, path, self.copy(value))
         self.runtime.forward.watch(module, kind, arrived, drop_values=self.copies,
-                                   prepend=module is self.runtime.model)
+                                   prepend=module is self.runtime.model, early=seen if keep_live else None)
 
     def copy(self, value):
         """The value as the cache keeps it: itself, or a detached copy moved / cast as asked."""

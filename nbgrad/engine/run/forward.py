@@ -33,6 +33,7 @@ class ForwardEvents:
         self.last_replacement = None     # (use, shape before, shape after) of the latest replaced value
         self.requested: set = set()      # use ids that a statement has waited on (so their module is hooked)
         self.sinks: dict = {}            # event key -> callbacks that get each value (a cache(...) of the cell)
+        self.early_sinks: dict = {}      # event key -> callbacks that see it before the statements waiting on it
         self.cache_only: set = set()     # event keys only a copying cache watches: no value kept for statements
         self.stopping = False            # a statement called stop(): the next event ends the model run
 
@@ -141,13 +142,16 @@ class ForwardEvents:
                     self.hook(module, target.kind)
 
     def watch(self, module: nn.Module, kind: str, callback, drop_values: bool = False,
-              prepend: bool = False) -> None:
-        """Call `callback(value)` at every firing of an event (for `cache(...)`); with `drop_values`, the run
-        keeps no value of its own for it unless a statement asks for the event too."""
+              prepend: bool = False, early=None) -> None:
+        """Call `callback(value)` at every firing of an event (for `cache(...)`), once the statements waiting on
+        it have run (with their edits), and `early(value)` before they run (one of them may start a backward
+        pass); with `drop_values`, the run keeps no value of its own for it unless a statement asks for it."""
         key = (id(module), kind)
         if self.hook(module, kind, prepend=prepend, for_statement=False) and drop_values:
             self.cache_only.add(key)
         self.sinks.setdefault(key, []).append(callback)
+        if early is not None:
+            self.early_sinks.setdefault(key, []).append(early)
 
     def hook(self, module: nn.Module, kind: str, prepend: bool = False, for_statement: bool = True) -> bool:
         """Hook one event of a module; True when the hook is new."""
@@ -172,6 +176,9 @@ class ForwardEvents:
         if self.runtime.scheduler.in_statement:
             return None         # a call the cell makes itself (a logit lens): not the model's own event
         self.values[key] = value
+        if self.early_sinks and key in self.early_sinks:
+            for callback in self.early_sinks[key]:
+                callback(value)
         self.live.add(key)
         try:
             self.runtime.scheduler.deliver(key)

@@ -195,7 +195,7 @@ class Runtime:
             runtimes.remove(self)
         self._release_model()
         for store in (self.forward.values, self.gradients.grads, self.gradients.sources, self.gradients.hooked,
-                      self.forward.sinks, self.recorders):
+                      self.forward.sinks, self.forward.early_sinks, self.recorders):
             store.clear()
         if self.rows is not None:
             self.rows.clear()
