@@ -1,5 +1,7 @@
 """`cache(...)` in a cell and `nbgrad.run_with_cache`, each case against plain forward hooks / tensor hooks
 on the same weights."""
+import re
+
 import pytest
 import torch
 from torch import nn
@@ -321,3 +323,18 @@ model.output.logits[:, -1].max(-1).values.sum().backward()
     assert c["transformer.h.1"].shape == alone["transformer.h.1"].shape       # one row: its own, not the batch
     assert torch.allclose(c["transformer.h.1"], alone["transformer.h.1"], atol=1e-4)
     assert torch.allclose(c.grads["transformer.h.1"], grads["transformer.h.1"], atol=1e-4)
+
+
+@pytest.mark.parametrize("option, says", [("device='nope'", "cache(device='nope'): not a device torch knows"),
+                                          ("dtype='half'", "cache(dtype='half'): give a torch.dtype")])
+def test_a_bad_device_or_dtype_is_refused_before_the_run(tiny, option, says):
+    before = model_state(tiny)
+    ran = []
+    handle = tiny.register_forward_hook(lambda *_: ran.append(1))
+    try:
+        with pytest.raises(nbgrad.NbgradError, match=re.escape(says)) as error:
+            nbgrad.trace(tiny, IDS, f"c = cache('*', {option})", {"model": tiny})
+    finally:
+        handle.remove()
+    assert error.value.line == 1 and ran == []
+    assert_clean(tiny, before)

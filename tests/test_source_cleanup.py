@@ -142,3 +142,12 @@ def test_a_module_defined_in_a_notebook_cell(shell):
     assert torch.equal(ns["out"], torch.full((2, 3), 2.0))
     assert "forward" not in vars(ns["cellmodel"]) and hook_count(ns["cellmodel"]) == 0
     assert "self_inner_0, y_0" in nbgrad.source(ns["cellmodel"])
+
+
+def test_source_of_something_that_is_not_a_module_or_function_says_what_it_takes(shell):
+    with pytest.raises(nbgrad.NbgradError, match="nbgrad.source takes a module or a Python function, not a int"):
+        nbgrad.source(5)
+    with pytest.raises(nbgrad.NbgradError, match="relu has no Python source"):
+        nbgrad.source(torch.relu)
+    result = shell.run_cell("%source")
+    assert "%source MODULE: give a module" in str(result.error_in_exec or result.error_before_exec)

@@ -19,6 +19,7 @@ def start_cache(runtime, line: int, modules="*", *, inputs: bool = False, grads:
                 dtype=None) -> Cache:
     """What `cache(...)` in a cell returns: a Cache filled as the run goes."""
     _check_when(runtime, line, grads)
+    _check_placement(device, dtype, line)
     chosen = matching_modules(runtime.model, modules, line)
     cache = Cache({"modules": modules, "inputs": inputs, "grads": grads, "device": device, "dtype": dtype})
     recorder = CacheRecorder(runtime, cache, device, dtype)
@@ -43,6 +44,18 @@ def _check_when(runtime, line: int, grads: bool) -> None:
     if grads and (runtime.no_grad or not torch.is_grad_enabled()):
         raise NbgradError("cache(..., grads=True) needs autograd, and this cell runs under torch.no_grad() "
                           "(--no-grad, or %%generate): drop one of them", line)
+
+
+def _check_placement(device, dtype, line: int) -> None:
+    """device= and dtype= are checked before the run, not when the first value is copied inside the model."""
+    if device is not None:
+        try:
+            torch.device(device)
+        except (RuntimeError, TypeError) as error:
+            raise NbgradError(f"cache(device={device!r}): not a device torch knows ('cpu', 'cuda', 'cuda:1', "
+                              f"a torch.device)", line) from error
+    if dtype is not None and not isinstance(dtype, torch.dtype):
+        raise NbgradError(f"cache(dtype={dtype!r}): give a torch.dtype (torch.float16, torch.bfloat16, ...)", line)
 
 
 def matching_modules(model: nn.Module, modules, line: int) -> list:

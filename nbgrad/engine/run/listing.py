@@ -27,8 +27,11 @@ def listing(target) -> SourceListing:
         function, title = table.body, f"{type(target).__name__}.forward"
     elif isinstance(target, types.MethodType):
         function, title = target.__func__, target.__qualname__
+    elif isinstance(target, (types.FunctionType, types.BuiltinFunctionType)):
+        function, title = target, target.__qualname__      # a builtin: site_code says it has no source
     else:
-        function, title = target, getattr(target, "__qualname__", repr(target))
+        raise NbgradError(f"nbgrad.source takes a module or a Python function, not a {type(target).__name__}: "
+                          f"give the module whose forward to list (model.transformer.h[0].attn)")
     found = site_code(innermost(function)[0])
     beside: dict = {}
     for name in found.names:
