@@ -248,24 +248,38 @@ function groupItems(items) {
   return [...groups.values()];
 }
 
+// The tabs: with invokes, one per invoke (titled with its input) and one for the whole batch, each
+// holding its own values; otherwise one per value with its gradient beside it. The graph tab comes last.
+function tabsOf(payload) {
+  const tabbed = payload.tabs || [];
+  const groups = tabbed.map((tab, index) => ({ label: tab.title, about: tab.about,
+    items: payload.items.filter((item) => item.tab === index) }));
+  for (const items of groupItems(payload.items.filter((item) => item.tab === undefined))) {
+    groups.push({ label: items.map((item) => item.name).join(" + "), items });
+  }
+  if (payload.graph) groups.push({ label: "graph", items: [{ name: "graph", kind: "graph", image: payload.graph }] });
+  return groups;
+}
+
 export function renderPanel(root, payload) {
   root.replaceChildren();
   const panel = el("div", "nbgrad-panel");
   if (payload.title) panel.appendChild(el("div", "nbg-title", payload.title));
   for (const note of payload.notes || []) panel.appendChild(el("div", "nbg-note", note));
-  const groups = groupItems(payload.items);
-  if (payload.graph) groups.push([{ name: "graph", kind: "graph", image: payload.graph }]);
+  const groups = tabsOf(payload);
   const tabs = el("div", "nbg-tabs");
   const body = el("div", "nbg-body");
   const select = (index) => {
     tabs.querySelectorAll(".nbg-tab").forEach((tab, i) => tab.classList.toggle("nbg-active", i === index));
     const row = el("div", "nbg-row");
-    for (const item of groups[index]) row.appendChild(card(item, payload.palettes));
-    body.replaceChildren(row);
+    for (const item of groups[index].items) row.appendChild(card(item, payload.palettes));
+    if (!groups[index].items.length) row.appendChild(el("div", "nbg-note", "nothing saved here"));
+    body.replaceChildren(...(groups[index].about ? [el("div", "nbg-note nbg-about", groups[index].about)] : []), row);
   };
   groups.forEach((group, index) => {
-    const tab = el("button", "nbg-tab", group.map((item) => item.name).join(" + "));
+    const tab = el("button", "nbg-tab", group.label);
     tab.type = "button";
+    if (group.about) tab.title = group.about;
     tab.addEventListener("click", () => select(index));
     tabs.appendChild(tab);
   });
