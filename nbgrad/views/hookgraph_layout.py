@@ -29,7 +29,7 @@ def pass_members(graph: dict) -> dict:
             where = ran_in.get(index)
         elif any(e["kind"] == "grad" for e in node["events"]) and passes:
             later = [p for p in passes if p["line"] > node["line"]]
-            where = (later or passes[-1:])[0]["index"]
+            where = later[0]["index"] if later else None
         else:
             where = None
         if where in members:
