@@ -221,7 +221,11 @@ function card(item, palettes) {
     return box;
   }
   if (item.kind === "graph") {  // an SVG picture as an image (never markup in the page); it has its own title
-    if (String(item.image).startsWith("data:image/svg+xml;base64,")) head.replaceWith(Object.assign(el("img"), { src: item.image, style: "max-width: 100%" }));
+    if (!String(item.image).startsWith("data:image/svg+xml;base64,")) return box;
+    const frame = el("div", "nbg-graph");     // at its own size: a wide or tall cell scrolls, never shrinks
+    frame.style.overflowX = "auto";
+    frame.appendChild(Object.assign(el("img"), { src: item.image, style: "max-width: none" }));
+    head.replaceWith(frame);
     return box;
   }
   box.appendChild(summaryLine(item));

@@ -62,6 +62,7 @@ def _check_pictures(page, tag: str) -> None:
     ran = panel.locator(".nbg-card img").first
     ran.wait_for(state="visible", timeout=30_000)
     _drawn(ran)
+    assert ran.evaluate("i => i.clientWidth === i.naturalWidth")      # at its own size: scroll, not shrink
     svg = _svg_of(ran)
     order = steps(svg)                   # the run order: line 2 (node 1) last, in backward pass 0
     assert sorted(order) == list(range(1, len(order) + 1)) and order[len(order)] == (1, "backward pass 0")
