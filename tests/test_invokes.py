@@ -1,5 +1,6 @@
 """`with invoke(INPUT):` blocks: one batch, each invoke's rows, checked against each INPUT run alone."""
 import copy
+import html
 
 import pytest
 import torch
@@ -241,5 +242,10 @@ def test_magic_with_invokes_and_its_panel_groups(shell, model):
     result = nbgrad.trace(model, None, f"with invoke({EIFFEL!r}):\n    a = model.lm_head.output[:, -1].save()\n"
                                        f"with invoke({SHORT!r}):\n    b = model.lm_head.output[:, -1].save()",
                           no_grad=True)
-    names = [item["name"] for item in panel_for_result(result, nbgrad.tokenizer_for(model)).items]
-    assert names == ["invoke 0", "a", "invoke 1", "b"]
+    panel = panel_for_result(result, nbgrad.tokenizer_for(model))
+    assert [(item["name"], item["tab"]) for item in panel.items] == [("a", 0), ("b", 1)]
+    titles = [tab["title"] for tab in panel.payload["tabs"]]
+    assert titles == ['invoke 0: "The Eiffel Tower is …', 'invoke 1: "Paris"']     # the input, cut short
+    assert EIFFEL in panel.payload["tabs"][0]["about"]
+    assert repr(panel).splitlines()[0] == f"[{titles[0]}]" and repr(panel).splitlines()[2] == f"[{titles[1]}]"
+    assert panel.static_html().index(html.escape(titles[1])) < panel.static_html().index("<b>b</b>") and "<b>a</b>" in panel.static_html()

@@ -1,26 +1,24 @@
-"""The hook graph as a picture: statements on the right, the events they wait for on the left in the
-order the run met them, forward and backward passes in lanes of their own. Data in, SVG out."""
+"""The hook graph as a picture: the events statements wait for on the left, the statements on the right,
+arrows for what each waits for (an event, or a name another statement binds), each backward pass as a
+box around the statements that run inside it, and after a run the steps (#) coloured by phase.
+Data in, SVG out; `hookgraph_layout` says where things go. Tall cells grow downwards (scroll, not shrink)."""
 from __future__ import annotations
 
 from html import escape
 
-EVENT_X, STATEMENT_X, WIDTH = 12, 330, 900
+from .hookgraph_layout import EVENT_H, EVENT_W, EVENT_X, STATEMENT_W, STATEMENT_X, label_of, layout
+
 # (row pitch, box height): a run's picture gives each statement a second line, what ran when
 ONE_LINE, TWO_LINES = (34, 24), (46, 38)
-PHASE_COLOURS = {"forward": "#2b6cb0", "backward": "#c05621", "other": "#718096"}
+FORWARD, BEFORE, NAME_ARROW = "#2b6cb0", "#718096", "#2f855a"
+BACKWARD = ("#c05621", "#805ad5", "#b83280", "#975a16")      # pass 0, 1, 2, 3, then again
+MAX_CHIPS = 6
 
 
-def _colour(phase: str) -> str:
-    return PHASE_COLOURS["backward" if phase.startswith("backward") else "forward" if phase == "forward" else "other"]
-
-
-def _events(graph: dict) -> list:
-    """Event names, forward ones first, each lane in the order the run woke statements with them
-    (source order before a run)."""
-    order = [run["woke_by"] for run in graph.get("runs", []) if run["woke_by"]]
-    written = [f"{e['target']}.{e['kind']}" for node in graph["nodes"] for e in node["events"]]
-    names = list(dict.fromkeys(order + written))
-    return sorted(names, key=lambda name: name.endswith(".grad"))     # stable: the backward lane below
+def phase_colour(phase: str) -> str:
+    if phase.startswith("backward pass "):
+        return BACKWARD[int(phase.rsplit(" ", 1)[1]) % len(BACKWARD)]
+    return FORWARD if phase == "forward" else BEFORE
 
 
 def _statement_runs(graph: dict) -> dict:
@@ -36,7 +34,7 @@ def _run_label(ran: list, failed: bool) -> str:
     _, phase, woke_by = ran[-1]
     steps = ", ".join(f"#{step}" for step, _, _ in ran)
     label = f"{'failed' if failed else 'ran'} {steps} · {phase}" + (f" · by {woke_by}" if woke_by else "")
-    return label if len(label) <= 80 else label[:79] + "…"
+    return label if len(label) <= 60 else label[:59] + "…"
 
 
 def _text(x: int, y: int, content: str, size: int = 12, colour: str = "#1a202c", weight: str = "normal") -> str:
@@ -44,60 +42,122 @@ def _text(x: int, y: int, content: str, size: int = 12, colour: str = "#1a202c",
             f'font-weight="{weight}">{escape(content)}</text>')
 
 
-def _event_boxes(events: list, top: int, row: int, box: int) -> tuple:
-    parts, where = [], {}
-    for index, event in enumerate(events):
-        y = top + index * row + (box - 24) // 2           # centred on its row's statement box
-        colour = _colour("backward" if event.endswith(".grad") else "forward")
-        parts.append(f'<rect x="{EVENT_X}" y="{y}" width="280" height="24" rx="4" fill="#fff" '
-                     f'stroke="{colour}"/>')
-        parts.append(_text(EVENT_X + 8, y + 16, event[:38], colour=colour))
-        where[event] = y + 12
-    return parts, where
+def _event_boxes(event_y: dict) -> list:
+    parts = []
+    for event, y in event_y.items():
+        colour = phase_colour("backward pass 0" if event.endswith(".grad") else "forward")
+        parts.append(f'<g class="nbg-event" data-event="{escape(event)}"><rect x="{EVENT_X}" y="{y}" '
+                     f'width="{EVENT_W}" height="{EVENT_H}" rx="4" fill="#fff" stroke="{colour}"/>'
+                     + _text(EVENT_X + 8, y + 16, event[:38], colour=colour) + "</g>")
+    return parts
 
 
-def _statement_boxes(graph: dict, top: int, row: int, box: int) -> tuple:
-    parts, where, runs = [], {}, _statement_runs(graph)
-    for index, node in enumerate(graph["nodes"]):
-        y = top + index * row
-        failed = graph.get("failed") == node["index"]
-        stroke = "#c53030" if failed else "#4a5568"
-        parts.append(f'<rect x="{STATEMENT_X}" y="{y}" width="{WIDTH - STATEMENT_X - 12}" height="{box}" rx="4" '
-                     f'fill="{"#fff5f5" if failed else "#f7fafc"}" stroke="{stroke}" stroke-width="{2 if failed else 1}"/>')
-        lane = f"[invoke {node['invoke']}] " if node.get("invoke") is not None else ""
-        label = f"{lane}line {node['line']}: {node['source'].splitlines()[0]}"
-        label = label if len(label) <= 74 else label[:73] + "…"
-        parts.append(_text(STATEMENT_X + 8, y + 16, label, weight="bold" if failed else "normal"))
-        ran = runs.get(node["index"], [])
-        if ran:
-            parts.append(_text(STATEMENT_X + 8, y + 31, _run_label(ran, failed), 11, _colour(ran[-1][1])))
-        where[node["index"]] = y + box // 2
-    return parts, where
+def _chips(ran: list, x: int, y: int) -> str:
+    """The steps a statement ran at, as numbered chips in the colour of their phase."""
+    parts = []
+    for step, phase, _ in reversed(ran[-MAX_CHIPS:]):        # right to left: the last step rightmost
+        width = 10 + 7 * len(str(step))
+        x -= width + 4
+        parts.append(f'<g class="nbg-step" data-step="{step}" data-phase="{escape(phase)}">'
+                     f'<rect x="{x}" y="{y}" width="{width + 6}" height="16" rx="8" fill="{phase_colour(phase)}"/>'
+                     + _text(x + 4, y + 12, f"#{step}", 11, "#fff", "bold") + "</g>")
+    return "".join(parts)
+
+
+def _statement_box(node: dict, y: int, box: int, ran: list, failed: bool) -> str:
+    stroke = "#c53030" if failed else "#4a5568"
+    parts = [f'<g class="nbg-statement" data-node="{node["index"]}" data-line="{node["line"]}">',
+             f'<rect x="{STATEMENT_X}" y="{y}" width="{STATEMENT_W}" height="{box}" rx="4" '
+             f'fill="{"#fff5f5" if failed else "#f7fafc"}" stroke="{stroke}" stroke-width="{2 if failed else 1}"/>']
+    lane = f"[invoke {node['invoke']}] " if node.get("invoke") is not None else ""
+    label = f"{lane}line {node['line']}: {node['source'].splitlines()[0]}"
+    room = (STATEMENT_W - 16 - (0 if not ran else 44 * min(len(ran), MAX_CHIPS))) // 7
+    parts.append(_text(STATEMENT_X + 8, y + 16, label if len(label) <= room else label[:room - 1] + "…",
+                       weight="bold" if failed else "normal"))
+    if ran:
+        parts.append(f'<rect x="{STATEMENT_X}" y="{y}" width="5" height="{box}" fill="{phase_colour(ran[-1][1])}"/>')
+        parts.append(_text(STATEMENT_X + 8, y + 31, _run_label(ran, failed), 11, phase_colour(ran[-1][1])))
+        parts.append(_chips(ran, STATEMENT_X + STATEMENT_W - 4, y + 4))
+    return "".join(parts) + "</g>"
+
+
+def _group_box(group: dict, passes: dict) -> str:
+    bw = passes[group["pass"]]
+    colour = phase_colour(f"backward pass {group['pass']}")
+    title = f"backward pass {group['pass']} · started by line {bw['line']}: {bw['source']}"
+    title = title if len(title) <= 64 else title[:63] + "…"
+    body = "" if group["members"] else _text(group["x"] + 14, group["y"] + 38, "(no statement waits for it)",
+                                             11, "#4a5568")
+    return (f'<g class="nbg-pass" data-pass="{group["pass"]}" data-start-line="{bw["line"]}" '
+            f'data-members="{" ".join(map(str, group["members"]))}">'
+            f'<rect x="{group["x"]}" y="{group["y"]}" width="{group["w"]}" height="{group["h"]}" rx="6" '
+            f'fill="{colour}" fill-opacity="0.06" stroke="{colour}" stroke-dasharray="5 3"/>'
+            + _text(group["x"] + 8, group["y"] + 16, title, 11, colour, "bold") + body + "</g>")
+
+
+def _event_arrows(graph: dict, event_y: dict, node_y: dict, box: int) -> list:
+    arrows = []
+    for node in graph["nodes"]:
+        for event in dict.fromkeys(f"{e['target']}.{e['kind']}" for e in node["events"]):
+            colour = phase_colour("backward pass 0" if event.endswith(".grad") else "forward")
+            y1, y2 = event_y[event] + EVENT_H // 2, node_y[node["index"]] + box // 2
+            arrows.append(f'<path class="nbg-wait" d="M{EVENT_X + EVENT_W},{y1} C{EVENT_X + EVENT_W + 25},{y1} '
+                          f'{STATEMENT_X - 35},{y2} {STATEMENT_X - 8},{y2} H{STATEMENT_X}" fill="none" '
+                          f'stroke="{colour}" marker-end="url(#arrow)"/>')
+    return arrows
+
+
+def _name_arrow(arrow: dict, node_y: dict, box: int) -> str:
+    """Out of the right side of the statement that binds the names, into the one that reads them; the
+    first arrow of a bus carries the label, just beside its source."""
+    right = STATEMENT_X + STATEMENT_W
+    y1, y2 = node_y[arrow["from"]] + box // 2 - 4, node_y[arrow["to"]] + box // 2 + 4
+    label, below = label_of(arrow), y1 + 4 if y2 > y1 else y1 - 18
+    tag = (f'<rect x="{arrow["x"] + 3}" y="{below}" width="{7 * len(label) + 4}" height="14" fill="#fff"/>'
+           + _text(arrow["x"] + 5, below + 11, label, 11, NAME_ARROW, "bold")) if arrow["labelled"] else ""
+    return (f'<g class="nbg-name-arrow" data-from="{arrow["from"]}" data-to="{arrow["to"]}" '
+            f'data-names="{escape(" ".join(arrow["names"]))}">'
+            f'<path d="M{right},{y1} H{arrow["x"]} V{y2} H{right + 2}" fill="none" stroke="{NAME_ARROW}" '
+            f'stroke-width="1.5" marker-end="url(#name-arrow)"/>{tag}</g>')
+
+
+def _legend(graph: dict) -> str:
+    """What the arrows and colours mean; after a run, one swatch per phase the run went through."""
+    parts = [_text(EVENT_X, 36, "arrows: event → the statement that waits for it · green: a name one statement "
+                   "binds and another reads", 11, "#4a5568")]
+    if not graph.get("runs"):
+        parts.append(_text(EVENT_X, 54, "dashed box: a backward pass, around the statements that run inside it",
+                           11, "#4a5568"))
+    x = EVENT_X
+    for phase in dict.fromkeys(run["phase"] for run in graph.get("runs", [])):
+        parts.append(f'<g class="nbg-legend" data-phase="{escape(phase)}"><rect x="{x}" y="44" width="12" '
+                     f'height="12" rx="3" fill="{phase_colour(phase)}"/>' + _text(x + 16, 54, phase, 11) + "</g>")
+        x += 30 + 7 * len(phase)
+    return "".join(parts)
+
+
+HEAD = ('<defs><marker id="arrow" viewBox="0 0 8 8" refX="8" refY="4" markerWidth="6" markerHeight="6" '
+        'orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#4a5568"/></marker>'
+        '<marker id="name-arrow" viewBox="0 0 8 8" refX="8" refY="4" markerWidth="6" markerHeight="6" '
+        f'orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="{NAME_ARROW}"/></marker></defs>')
 
 
 def hook_graph_svg(graph: dict, title: str = "") -> str:
     """An SVG picture of a hook graph's dict form (`HookGraph.to_dict()`)."""
-    events = _events(graph)
-    top, (row, box) = 48, TWO_LINES if graph.get("runs") else ONE_LINE
-    event_parts, event_y = _event_boxes(events, top, row, box)
-    statement_parts, node_y = _statement_boxes(graph, top, row, box)
-    arrows = []
-    for node in graph["nodes"]:
-        for event in dict.fromkeys(f"{e['target']}.{e['kind']}" for e in node["events"]):
-            colour = _colour("backward" if event.endswith(".grad") else "forward")
-            arrows.append(f'<path d="M{EVENT_X + 280},{event_y[event]} C{EVENT_X + 305},{event_y[event]} '
-                          f'{STATEMENT_X - 25},{node_y[node["index"]]} {STATEMENT_X},{node_y[node["index"]]}" '
-                          f'fill="none" stroke="{colour}" marker-end="url(#arrow)"/>')
-    height = top + max(len(events), len(graph["nodes"]), 1) * row + 24
-    legend = (_text(EVENT_X, 36, "events (forward, then gradients)", 11, "#4a5568")
-              + _text(STATEMENT_X, 36, "statements (colour: when they ran; #: steps of the run)" if graph.get("runs")
-                      else "statements, in the cell's order (arrows: what each waits for)", 11, "#4a5568"))
-    head = ('<defs><marker id="arrow" viewBox="0 0 8 8" refX="8" refY="4" markerWidth="6" markerHeight="6" '
-            'orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#4a5568"/></marker></defs>')
-    body = "".join([head, _text(EVENT_X, 18, title or "hook graph", 13, weight="bold"), legend,
-                    *arrows, *event_parts, *statement_parts])
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
-            f'viewBox="0 0 {WIDTH} {height}" style="background:#fff">{body}</svg>')
+    row, box = TWO_LINES if graph.get("runs") else ONE_LINE
+    where = layout(graph, row, box)
+    node_y, runs = where["node_y"], _statement_runs(graph)
+    passes = {p["index"]: p for p in graph.get("passes", [])}
+    groups = [_group_box(group, passes) for group in where["groups"]]
+    statements = [_statement_box(node, node_y[node["index"]], box, runs.get(node["index"], []),
+                                 graph.get("failed") == node["index"]) for node in graph["nodes"]]
+    body = "".join([HEAD, _text(EVENT_X, 18, title or "hook graph", 13, weight="bold"),
+                    _legend(graph), *groups,
+                    *_event_arrows(graph, where["event_y"], node_y, box), *_event_boxes(where["event_y"]),
+                    *statements, *(_name_arrow(arrow, node_y, box) for arrow in where["arrows"])])
+    width, height = where["width"], where["height"]
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" style="background:#fff">{body}</svg>')
 
 
 class HookGraphPicture:

@@ -18,10 +18,7 @@ function fmt(value) {
 }
 
 function decode(b64) {
-  const bin = atob(b64);
-  const out = new Uint8Array(bin.length);
-  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
-  return out;
+  return Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
 }
 
 function summaryLine(item) {
@@ -221,7 +218,10 @@ function card(item, palettes) {
     return box;
   }
   if (item.kind === "graph") {  // an SVG picture as an image (never markup in the page); it has its own title
-    if (String(item.image).startsWith("data:image/svg+xml;base64,")) head.replaceWith(Object.assign(el("img"), { src: item.image, style: "max-width: 100%" }));
+    if (!String(item.image).startsWith("data:image/svg+xml;base64,")) return box;
+    const frame = Object.assign(el("div", "nbg-graph"), { style: "overflow-x: auto" });  // scrolls, never shrinks
+    frame.appendChild(Object.assign(el("img"), { src: item.image, style: "max-width: none" }));
+    head.replaceWith(frame);
     return box;
   }
   box.appendChild(summaryLine(item));
@@ -248,24 +248,38 @@ function groupItems(items) {
   return [...groups.values()];
 }
 
+// The tabs: with invokes, one per invoke (titled with its input) and one for the whole batch, each
+// holding its own values; otherwise one per value with its gradient beside it. The graph tab comes last.
+function tabsOf(payload) {
+  const tabbed = payload.tabs || [];
+  const groups = tabbed.map((tab, index) => ({ label: tab.title, about: tab.about,
+    items: payload.items.filter((item) => item.tab === index) }));
+  for (const items of groupItems(payload.items.filter((item) => item.tab === undefined))) {
+    groups.push({ label: items.map((item) => item.name).join(" + "), items });
+  }
+  if (payload.graph) groups.push({ label: "graph", items: [{ name: "graph", kind: "graph", image: payload.graph }] });
+  return groups;
+}
+
 export function renderPanel(root, payload) {
   root.replaceChildren();
   const panel = el("div", "nbgrad-panel");
   if (payload.title) panel.appendChild(el("div", "nbg-title", payload.title));
   for (const note of payload.notes || []) panel.appendChild(el("div", "nbg-note", note));
-  const groups = groupItems(payload.items);
-  if (payload.graph) groups.push([{ name: "graph", kind: "graph", image: payload.graph }]);
+  const groups = tabsOf(payload);
   const tabs = el("div", "nbg-tabs");
   const body = el("div", "nbg-body");
   const select = (index) => {
     tabs.querySelectorAll(".nbg-tab").forEach((tab, i) => tab.classList.toggle("nbg-active", i === index));
     const row = el("div", "nbg-row");
-    for (const item of groups[index]) row.appendChild(card(item, payload.palettes));
-    body.replaceChildren(row);
+    for (const item of groups[index].items) row.appendChild(card(item, payload.palettes));
+    if (!groups[index].items.length) row.appendChild(el("div", "nbg-note", "nothing saved here"));
+    const about = groups[index].about ? [el("div", "nbg-note nbg-about", groups[index].about)] : [];
+    body.replaceChildren(...about, row);
   };
   groups.forEach((group, index) => {
-    const tab = el("button", "nbg-tab", group.map((item) => item.name).join(" + "));
-    tab.type = "button";
+    const tab = el("button", "nbg-tab", group.label);
+    Object.assign(tab, { type: "button", title: group.about || "" });
     tab.addEventListener("click", () => select(index));
     tabs.appendChild(tab);
   });

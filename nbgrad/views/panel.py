@@ -28,9 +28,12 @@ class Panel(PanelWidget):
     ipywidgets opens a comm for every widget it builds; a panel opens one only when a layout asks for its
     model id, so a panel displayed by itself sends its MIME bundle and nothing else."""
 
-    def __init__(self, items: list, title: str = "", notes: list | None = None, graph: str | None = None):
+    def __init__(self, items: list, title: str = "", notes: list | None = None, graph: str | None = None,
+                 tabs: list | None = None):
         payload = {"nbgrad": 1, "title": title, "notes": notes or [], "items": items,
                    "palettes": build.palettes()}
+        if tabs:
+            payload["tabs"] = tabs         # [{title, about}]: an item's "tab" is its index here (invokes)
         if graph:
             payload["graph"] = graph       # the hook graph of the run, an SVG data URI
         super().__init__(payload=payload)
@@ -103,14 +106,14 @@ def items_for(name: str, value, *, tokens=None, tokenizer=None, kind="activation
 
 def panel_for_result(result, tokenizer=None, title: str = "") -> Panel:
     """The panel of a cell's Result; `tokenizer` decodes token ids and logits' top tokens. With invokes,
-    each invoke's saved values follow a heading that shows its INPUT."""
+    each invoke's saved values get a tab titled with its INPUT, the whole batch's values a tab of their own."""
     invokes = getattr(result, "invokes", None) or []
     tokens = _tokens(result, tokenizer) if len(invokes) <= 1 else None
-    items, shown = [], set()
+    items, shown, tabs = [], set(), []
     gradients = gradient_targets(result.graph, result.saved)
-    for heading, names in _groups(result, invokes):
-        if heading is not None:
-            items.append(build.value_item(*heading))
+    for tab, names in _groups(result, invokes):
+        if tab is not None:
+            tabs.append(tab)
         for name in names:
             value = result.saved[name]
             if id(value) in shown:
@@ -118,13 +121,14 @@ def panel_for_result(result, tokenizer=None, title: str = "") -> Panel:
             shown.add(id(value))
             partner = result.grad_pairs.get(name) or gradients.get(name) or None
             kind = "gradient" if name in result.grad_pairs or name in gradients else "activation"
-            items.extend(items_for(name, value, tokens=tokens, tokenizer=tokenizer, kind=kind, partner=partner))
+            for item in items_for(name, value, tokens=tokens, tokenizer=tokenizer, kind=kind, partner=partner):
+                items.append(item if tab is None else {**item, "tab": len(tabs) - 1})
     items.extend(_leaf_grad_items(result))
     notes = []
     if len(items) > MAX_ITEMS:
         notes.append(f"showing {MAX_ITEMS} of {len(items)} values")
         items = items[:MAX_ITEMS]
-    return Panel(items, title=title, notes=notes, graph=_graph_picture(result, title))
+    return Panel(items, title=title, notes=notes, graph=_graph_picture(result, title), tabs=tabs)
 
 
 def _graph_picture(result, title: str) -> str | None:
@@ -137,14 +141,23 @@ def _graph_picture(result, title: str) -> str | None:
 
 
 def _groups(result, invokes: list) -> list:
-    """[(heading or None, saved names)]: one group per invoke, then the values saved outside every invoke."""
+    """[(tab or None, saved names)]: one tab per invoke, titled with its INPUT cut short (the whole INPUT
+    in `about`), then the values saved outside every invoke."""
     by_invoke = getattr(result, "saved_invokes", {}) or {}
     if not invokes:
         return [(None, list(result.saved))]
-    groups = [((f"invoke {k}", value), [n for n in result.saved if by_invoke.get(n) == k])
-              for k, value in enumerate(invokes)]
+    groups = [({"title": f"invoke {k}: {_cut(value)}", "about": f"invoke {k}'s input: {_cut(value, 400)}"},
+               [n for n in result.saved if by_invoke.get(n) == k]) for k, value in enumerate(invokes)]
     rest = [name for name in result.saved if name not in by_invoke]
-    return groups + ([(("whole batch", "saved outside every invoke"), rest)] if rest else [])
+    whole = {"title": "whole batch", "about": "saved outside every invoke: all the invokes' rows together"}
+    return groups + ([(whole, rest)] if rest else [])
+
+
+def _cut(value, room: int = 22) -> str:
+    """An invoke's INPUT as a short title: a string as it reads, anything else as its repr."""
+    text = " ".join(value.split()) if isinstance(value, str) else " ".join(repr(value).split())
+    text = f'"{text}"' if isinstance(value, str) else text
+    return text if len(text) <= room else text[:room - 1] + "…"
 
 
 def _leaf_grad_items(result) -> list:

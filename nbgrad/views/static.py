@@ -14,26 +14,43 @@ STATS = ("min", "max", "mean", "std", "norm")
 esc = html.escape
 
 
+def in_tabs(data: dict) -> list:
+    """[(tab or None, items)]: with invokes, each invoke's tab and its items, then the items of no tab."""
+    tabs = data.get("tabs") or []
+    groups = [(tab, [item for item in data["items"] if item.get("tab") == index]) for index, tab in enumerate(tabs)]
+    rest = [item for item in data["items"] if item.get("tab") is None]
+    return groups + ([(None, rest)] if rest or not tabs else [])
+
+
 def text_summary(data: dict) -> str:
     lines = [data["title"]] if data.get("title") else []
-    for item in data["items"]:
-        if item["kind"] == "value":
-            lines.append(f"{item['name']}: {item['value']}")
-            continue
-        s = item["summary"]
-        stats = " ".join(f"{k}={s[k]:.4g}" for k in STATS if s.get(k) is not None)
-        bad = f" NaN={s.get('nan', 0)} Inf={s.get('inf', 0)}" if s.get("nan") or s.get("inf") else ""
-        of = f" of {item['partner']}" if item["kind"] == "gradient" and item.get("partner") else ""
-        lines.append(f"{item['name']} ({item['kind']}{of}): {tuple(s['shape'])} {s['dtype']} {s['device']} "
-                     f"{stats}{bad}" + (f"  [{item['note']}]" if item.get("note") else ""))
+    for tab, items in in_tabs(data):
+        if tab is not None:
+            lines.append(f"[{tab['title']}]")
+        lines.extend(_item_text(item) for item in items)
     return "\n".join(lines)
+
+
+def _item_text(item: dict) -> str:
+    if item["kind"] == "value":
+        return f"{item['name']}: {item['value']}"
+    s = item["summary"]
+    stats = " ".join(f"{k}={s[k]:.4g}" for k in STATS if s.get(k) is not None)
+    bad = f" NaN={s.get('nan', 0)} Inf={s.get('inf', 0)}" if s.get("nan") or s.get("inf") else ""
+    of = f" of {item['partner']}" if item["kind"] == "gradient" and item.get("partner") else ""
+    return (f"{item['name']} ({item['kind']}{of}): {tuple(s['shape'])} {s['dtype']} {s['device']} "
+            f"{stats}{bad}" + (f"  [{item['note']}]" if item.get("note") else ""))
 
 
 def static_html(data: dict) -> str:
     parts = ['<div class="nbgrad-static" style="font-family:sans-serif;font-size:12px">']
     if data.get("title"):
         parts.append(f"<div><b>{esc(data['title'])}</b></div>")
-    parts.extend(_item_html(item) for item in data["items"])
+    for tab, items in in_tabs(data):
+        if tab is not None:        # an invoke's values under a heading with its input
+            parts.append(f'<div style="margin-top:8px"><b>{esc(tab["title"])}</b> '
+                         f'<small>{esc(tab.get("about", ""))}</small></div>')
+        parts.extend(_item_html(item) for item in items)
     if str(data.get("graph", "")).startswith("data:image/svg+xml;base64,"):
         parts.append(f'<div><b>hook graph</b><br/><img alt="hook graph" src="{esc(data["graph"])}"/></div>')
     parts.append("</div>")

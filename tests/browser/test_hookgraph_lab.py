@@ -1,20 +1,29 @@
 """The hook graph, seen in JupyterLab: `%%trace --graph` draws the compiled cell, the panel's "graph" tab
-draws the run (a `.grad` read written before the backward line runs inside the backward pass), and both
-pictures stay in the saved notebook, opened again with no kernel."""
+draws the run (a `.grad` read written before the backward line runs inside the backward pass), an invoke
+cell's panel has a tab per invoke; all of it stays in the saved notebook, opened again with no kernel.
+The pictures' own data is checked: name-labelled arrows, the pass's group, the run's numbered steps."""
 import base64
 import json
 from urllib.parse import unquote
 
 from labtools import (ARTIFACTS, Lab, open_notebook, open_without_a_kernel, run_all_cells, screenshot,
                       wait_for_kernel_idle, write_notebook)
+from svgdata import groups, name_arrows, steps
 
 SETUP = "%load_ext nbgrad\nimport nbgrad\nmodel = nbgrad.load_model()"
-BODY = ("hs = model.transformer.h[1].output\n"
+BODY = ("hs = model.transformer.h[1].output\n"          # the seeds' gradient cell: .grad read before backward
         "g = hs.grad.save()\n"
-        "logits = model.output.logits\n"
-        "logits.sum().backward()")
-GRAPH = f'%%trace model "The Eiffel Tower is in" --graph\n{BODY}'
-RUN = f'%%trace model "The Eiffel Tower is in"\n{BODY}'
+        "loss = model.output.logits[0, -1].max()\n"
+        "loss.backward()")
+GRAPH = f'%%trace model "The cat sat on the" --graph\n{BODY}'
+RUN = f'%%trace model "The cat sat on the"\n{BODY}'
+INVOKES = ("%%trace model\n"
+           'with invoke("The cat sat on the mat and looked out of the window"):\n'
+           "    a = model.lm_head.output[:, -1].save()\n"
+           'with invoke("Paris"):\n'
+           "    b = model.lm_head.output[:, -1].save()\n"
+           "whole = model.transformer.h[0].output.save()")
+INVOKE_TABS = ['invoke 0: "The cat sat on the m…', 'invoke 1: "Paris"', "whole batch", "graph"]
 
 
 def _svg_of(image) -> str:
@@ -32,30 +41,54 @@ def _drawn(image) -> None:
     assert size is not None and size[0] > 300 and size[1] > 100 and size[2] > 300, size
 
 
-def _check_pictures(page) -> None:
-    """Cell 2's `--graph` picture and cell 3's panel with its graph tab, as a person sees them."""
+def _check_pictures(page, tag: str) -> None:
+    """Cell 2's `--graph` picture, cell 3's graph tab, cell 4's invoke tabs, as a person sees them."""
     cells = page.locator(".jp-Notebook .jp-Cell")
     compiled = cells.nth(1).locator(".jp-OutputArea-output img").first
     compiled.wait_for(state="visible", timeout=120_000)
     _drawn(compiled)
     svg = _svg_of(compiled)
-    assert "hs.grad" in svg and "model.transformer.h[1].output" in svg and "g = hs.grad.save()" in svg
-    assert "backward" in svg
-    compiled.screenshot(path=str(screenshot_path("lab-hookgraph-compiled")))
+    # line 2 waits for `hs` from line 1 and runs inside the backward pass that line 4 starts
+    assert name_arrows(svg) == {(0, 1): "hs", (2, 3): "loss"}
+    [group] = groups(svg, "nbg-pass")
+    assert (group.get("data-start-line"), group.get("data-members")) == ("4", "1")
+    compiled.screenshot(path=str(screenshot_path(f"lab-hookgraph-compiled{tag}")))
 
     panel = cells.nth(2).locator(".nbgrad-panel").first
     panel.wait_for(state="visible", timeout=120_000)
     tabs = panel.locator(".nbg-tab")
-    assert "graph" in tabs.all_inner_texts(), tabs.all_inner_texts()
+    assert tabs.all_inner_texts()[-1] == "graph", tabs.all_inner_texts()
     tabs.filter(has_text="graph").click()
     ran = panel.locator(".nbg-card img").first
     ran.wait_for(state="visible", timeout=30_000)
     _drawn(ran)
+    assert ran.evaluate("i => i.clientWidth === i.naturalWidth")      # at its own size: scroll, not shrink
     svg = _svg_of(ran)
-    # The run order: line 3 waited in the forward pass and was woken by hs.grad in backward pass 0.
-    assert "woken by hs.grad" in svg or "hs.grad" in svg
-    assert "backward pass 0" in svg, svg[:400]
-    ran.screenshot(path=str(screenshot_path("lab-hookgraph-run-tab")))
+    order = steps(svg)                   # the run order: line 2 (node 1) last, in backward pass 0
+    assert sorted(order) == list(range(1, len(order) + 1)) and order[len(order)] == (1, "backward pass 0")
+    assert [g.get("data-phase") for g in groups(svg, "nbg-legend")][-1] == "backward pass 0"
+    ran.screenshot(path=str(screenshot_path(f"lab-hookgraph-run-tab{tag}")))
+    _check_invoke_panel(cells.nth(3), tag)
+
+
+def _check_invoke_panel(cell, tag: str) -> None:
+    """One tab per invoke titled with its input, the whole batch's tab, the graph last."""
+    panel = cell.locator(".nbgrad-panel").first
+    panel.wait_for(state="visible", timeout=120_000)
+    tabs = panel.locator(".nbg-tab")
+    assert tabs.all_inner_texts() == INVOKE_TABS
+    assert "looked out of the window" in tabs.first.get_attribute("title")
+    for title, names in zip(INVOKE_TABS, (["a"], ["b"], ["whole"])):
+        tabs.filter(has_text=title).click()
+        assert panel.locator(".nbg-card .nbg-name").all_inner_texts() == names, title
+        if title == INVOKE_TABS[0]:
+            assert "looked out of the window" in panel.locator(".nbg-about").inner_text()
+            panel.screenshot(path=str(screenshot_path(f"lab-invoke-panel{tag}")))
+    tabs.filter(has_text="graph").click()
+    picture = panel.locator(".nbg-card img").first
+    picture.wait_for(state="visible", timeout=30_000)
+    assert "[invoke 0] line 2" in _svg_of(picture) and "[invoke 1] line 4" in _svg_of(picture)
+    panel.screenshot(path=str(screenshot_path(f"lab-invoke-graph-tab{tag}")))
 
 
 def screenshot_path(name: str):
@@ -64,11 +97,11 @@ def screenshot_path(name: str):
 
 
 def test_graph_option_and_graph_tab_survive_a_saved_notebook(lab, lab_root, page, browser):
-    write_notebook(lab_root / "hookgraph.ipynb", [SETUP, GRAPH, RUN])
+    write_notebook(lab_root / "hookgraph.ipynb", [SETUP, GRAPH, RUN, INVOKES])
     open_notebook(page, lab, "hookgraph.ipynb")
     wait_for_kernel_idle(page)
     run_all_cells(page)
-    _check_pictures(page)
+    _check_pictures(page, "")
     screenshot(page, "lab-hookgraph")
     page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
     page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty", timeout=30_000)
@@ -82,7 +115,7 @@ def test_graph_option_and_graph_tab_survive_a_saved_notebook(lab, lab_root, page
     page = context.new_page()           # a page that never saw the first server
     try:
         open_without_a_kernel(page, no_kernels, "hookgraph.ipynb")
-        _check_pictures(page)
+        _check_pictures(page, "-no-kernel")
         screenshot(page, "lab-hookgraph-no-kernel")
     finally:
         context.close()

@@ -1,0 +1,157 @@
+"""Where the hook graph's picture puts things: events in a column on the left, statements on the right,
+each backward pass as a box around the statements that run inside it (placed right after the line that
+starts it), and the names statements pass to each other as arrows in lanes right of the statements.
+Pure data (coordinates), so a test can check that nothing overlaps; `hookgraph` draws it."""
+from __future__ import annotations
+
+EVENT_X, EVENT_W, EVENT_H = 12, 280, 24
+STATEMENT_X, STATEMENT_W = 330, 470
+GROUP_HEAD, GROUP_PAD, GAP = 24, 8, 10
+CHAR_W = 7                                  # monospace 11-12 px: width of one character, for lanes
+TOP = 64                                    # below the title and the legend
+
+
+def pass_members(graph: dict) -> dict:
+    """pass index -> node indices that run inside it: a `with` block's body, and the statements a pass
+    wakes (from the run when there was one, else a `.grad` read outside every block joins the first pass
+    whose line follows it)."""
+    members: dict = {p["index"]: [] for p in graph.get("passes", [])}
+    ran_in = {}
+    for run in graph.get("runs", []):
+        if run["phase"].startswith("backward pass "):
+            ran_in.setdefault(run["node"], int(run["phase"].rsplit(" ", 1)[1]))
+    passes = sorted(graph.get("passes", []), key=lambda p: p["line"])
+    for node in graph["nodes"]:
+        index = node["index"]
+        if node.get("block") is not None:
+            where = node["block"]
+        elif graph.get("runs"):
+            where = ran_in.get(index)
+        elif any(e["kind"] == "grad" for e in node["events"]) and passes:
+            later = [p for p in passes if p["line"] > node["line"]]
+            where = later[0]["index"] if later else None
+        else:
+            where = None
+        if where in members:
+            members[where].append(index)
+    return members
+
+
+def pass_starters(graph: dict) -> dict:
+    """pass index -> the node whose line starts it (the `with` line or the `.backward()` statement)."""
+    by_line = {node["line"]: node["index"] for node in graph["nodes"]}
+    return {p["index"]: by_line.get(p["line"]) for p in graph.get("passes", [])}
+
+
+def row_order(graph: dict) -> list:
+    """[("node", index) | ("pass", index)] top to bottom: the cell's order, with each pass's statements
+    moved into its group right after the statement that starts it."""
+    members, starters = pass_members(graph), pass_starters(graph)
+    inside = {index for group in members.values() for index in group}
+    order, placed = [], set()
+    for node in graph["nodes"]:
+        if node["index"] in inside:
+            continue
+        order.append(("node", node["index"]))
+        for k, starter in starters.items():
+            if starter == node["index"]:
+                order.append(("pass", k))
+                placed.add(k)
+    order.extend(("pass", k) for k in members if k not in placed)       # a pass no statement starts
+    return order
+
+
+def place_rows(graph: dict, row: int, box: int) -> tuple:
+    """(node index -> y of its box's top, [pass group boxes], bottom): statements one row each, a pass's
+    group a titled box around its statements (an empty one says so)."""
+    members = pass_members(graph)
+    node_y, groups, y = {}, [], TOP
+    for kind, index in row_order(graph):
+        if kind == "node":
+            node_y[index] = y
+            y += row
+            continue
+        top = y
+        y += GROUP_HEAD
+        for member in members[index] or [None]:
+            if member is not None:
+                node_y[member] = y
+            y += row if member is not None else 20
+        groups.append({"pass": index, "members": members[index], "x": STATEMENT_X - GROUP_PAD, "y": top,
+                       "w": STATEMENT_W + 2 * GROUP_PAD, "h": y - top - (row - box) + GROUP_PAD})
+        y += GROUP_PAD + GAP
+    return node_y, groups, y
+
+
+def name_arrows(graph: dict) -> list:
+    """[{from, to, names}]: one per dependency, labelled with the names the earlier statement binds and
+    the later one reads (`order` where it waits for no name of it, e.g. an edit in place)."""
+    nodes = {node["index"]: node for node in graph["nodes"]}
+    arrows = []
+    for node in graph["nodes"]:
+        for dep in node.get("deps", []):
+            shared = sorted(set(nodes[dep].get("binds", [])) & set(node.get("reads", [])))
+            arrows.append({"from": dep, "to": node["index"], "names": shared or ["order"]})
+    return arrows
+
+
+def assign_lanes(arrows: list, node_y: dict) -> int:
+    """Give each arrow a lane (a column right of the statements). The arrows that carry the same names
+    out of one statement share a lane (a bus, labelled once, near its source); no other bus's span may
+    cross it. Short buses get the inner lanes. Returns how many lanes."""
+    buses: dict = {}
+    for arrow in arrows:
+        buses.setdefault((arrow["from"], tuple(arrow["names"])), []).append(arrow)
+    lanes: list = []                               # per lane: the spans (top, bottom) it holds
+    spans = {key: (min(node_y[key[0]], *(node_y[a["to"]] for a in bus)),
+                   max(node_y[key[0]], *(node_y[a["to"]] for a in bus))) for key, bus in buses.items()}
+    for key in sorted(buses, key=lambda k: spans[k][1] - spans[k][0]):
+        top, bottom = spans[key]
+        for lane, held in enumerate(lanes):
+            if all(bottom < t or top > b for t, b in held):
+                break
+        else:
+            lane, held = len(lanes), []
+            lanes.append(held)
+        held.append((top, bottom))
+        for number, arrow in enumerate(buses[key]):
+            arrow["lane"], arrow["labelled"] = lane, number == 0
+    return len(lanes)
+
+
+def lane_widths(arrows: list, count: int) -> list:
+    """Each lane as wide as its longest label, so labels of neighbouring lanes never overlap."""
+    widths = [24] * count
+    for arrow in arrows:
+        widths[arrow["lane"]] = max(widths[arrow["lane"]], 14 + CHAR_W * len(label_of(arrow)))
+    return widths
+
+
+def label_of(arrow: dict) -> str:
+    label = ", ".join(arrow["names"])
+    return label if len(label) <= 18 else label[:17] + "…"
+
+
+def layout(graph: dict, row: int, box: int) -> dict:
+    """Everything's place: statement boxes, pass groups, name arrows with their lane x, the size."""
+    node_y, groups, bottom = place_rows(graph, row, box)
+    arrows = name_arrows(graph)
+    widths = lane_widths(arrows, assign_lanes(arrows, node_y))
+    right = STATEMENT_X + STATEMENT_W + GROUP_PAD + 6
+    starts = [right + sum(widths[:lane]) for lane in range(len(widths))]
+    for arrow in arrows:
+        arrow["x"] = starts[arrow["lane"]] + 8
+    width = max(900, right + sum(widths) + 12)
+    event_y = {event: TOP + index * (EVENT_H + GAP) for index, event in enumerate(events(graph))}
+    event_bottom = TOP + len(event_y) * (EVENT_H + GAP)
+    return {"node_y": node_y, "event_y": event_y, "groups": groups, "arrows": arrows, "width": width,
+            "height": max(bottom, event_bottom) + 16}
+
+
+def events(graph: dict) -> list:
+    """Event names, forward ones first, each lane in the order the run woke statements with them
+    (source order before a run)."""
+    order = [run["woke_by"] for run in graph.get("runs", []) if run["woke_by"]]
+    written = [f"{e['target']}.{e['kind']}" for node in graph["nodes"] for e in node["events"]]
+    names = list(dict.fromkeys(order + written))
+    return sorted(names, key=lambda name: name.endswith(".grad"))     # stable: the backward lane below
