@@ -285,3 +285,13 @@ def test_sites_and_a_cache_in_the_body_are_each_examples_own(default_model):
         torch.testing.assert_close(namespace["c"][index]["transformer.h.0.attn.c_attn"][:, -length:], kept["o"],
                                    atol=1e-5, rtol=1e-4)
     assert_clean(model, before)
+
+
+@pytest.mark.parametrize("option, says", [({"workers": 2}, "--workers is for --engine ray"),
+                                          ({"model_factory": lambda: None}, "--model-factory is for --engine ray")])
+def test_ray_options_on_a_local_run_are_refused(default_model, option, says):
+    before = model_state(default_model)
+    with pytest.raises(nbgrad.NbgradError, match=says):
+        nbgrad.trace(default_model, None, "h = model.transformer.h[0].output.save()", {"model": default_model},
+                     over=["a", "b"], **option)
+    assert_clean(default_model, before)

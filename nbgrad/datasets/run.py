@@ -26,8 +26,7 @@ def trace_over(model, source: str, namespace: dict | None, over, *, batch_size: 
     values are lists over the examples."""
     __tracebackhide__ = True
     checks.trace_arguments(model, namespace)
-    if engine not in ENGINES:
-        raise ArgumentError(f"--engine is 'local' or 'ray', not {engine!r}")
+    _check_engine(engine, workers, model_factory)
     compile_cell(source, "trace")                   # the cell's own errors first, before any example runs
     namespace = default_namespace(namespace, model)
     helpers = called_helpers(source, "trace", namespace)     # read here: a worker has no earlier cells
@@ -56,6 +55,15 @@ def trace_over(model, source: str, namespace: dict | None, over, *, batch_size: 
     namespace.update({name: value for name, value in plain.items() if name not in saved})
     namespace.update(saved)
     return Result(saved=saved, graph=graph)
+
+
+def _check_engine(engine: str, workers, model_factory) -> None:
+    if engine not in ENGINES:
+        raise ArgumentError(f"--engine is 'local' or 'ray', not {engine!r}")
+    if engine == "local" and (workers is not None or model_factory is not None):
+        option = "--workers" if workers is not None else "--model-factory"
+        raise ArgumentError(f"{option} is for --engine ray (workers that each load a model); this run is local: "
+                            f"add --engine ray, or drop {option}")
 
 
 class _LocalBatches:
