@@ -95,3 +95,20 @@ def test_an_unpicklable_name_is_an_error_before_anything_runs(cluster, default_m
         handle.remove()
     assert calls == [] and "x" not in namespace
     assert_clean(model, before)
+
+
+def test_a_helper_from_an_earlier_cell_runs_on_the_workers(cluster, shell, default_model):
+    before = model_state(default_model)
+    shell.user_ns.update(model=default_model, prompts=PROMPTS[:3])
+    # the helper reads `model` as a global: the cell never names it, and the workers get it all the same
+    assert shell.run_cell("def block_out(i):\n    return model.transformer.h[i].output[:, -1].save()").success
+    for engine in ("ray", "local"):
+        result = shell.run_cell(f"%%trace model --over prompts --batch-size 2 --engine {engine} -q\n"
+                                f"out_{engine} = block_out(1)")
+        assert result.success, result.error_in_exec
+    for there, here in zip(shell.user_ns["out_ray"], shell.user_ns["out_local"]):
+        torch.testing.assert_close(there, here, atol=1e-5, rtol=1e-4)
+    assert len(shell.user_ns["out_ray"]) == 3
+    assert_clean(default_model, before)
+    for name in ("block_out", "prompts", "out_ray", "out_local", "model"):
+        shell.user_ns.pop(name, None)

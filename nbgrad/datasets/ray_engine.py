@@ -60,7 +60,7 @@ class RayBatches:
     def __init__(self, model: nn.Module, source: str, namespace: dict, no_grad: bool, workers, model_factory,
                  helpers: tuple = ()):
         self.build, self.key = _builder(model, model_factory)
-        self.shipped = shipped_names(source, namespace, model)      # errors here: nothing has run
+        self.shipped = shipped_names(source, namespace, model, helpers)      # errors here: nothing has run
         self.source, self.no_grad, self.workers, self.helpers = source, no_grad, workers, helpers
         self.actors: list = []
 
@@ -158,13 +158,16 @@ class _LoadModel:
         return loading.load_model(self.name, **self.kwargs)
 
 
-def shipped_names(source: str, namespace: dict, model: nn.Module) -> dict:
+def shipped_names(source: str, namespace: dict, model: nn.Module, helpers: tuple = ()) -> dict:
     """The body's free names with their values from the namespace, ready to send: the model by a marker,
-    its modules by path; a value that cannot be pickled is an error that names it."""
+    its modules by path; a value that cannot be pickled is an error that names it. The names a helper from
+    an earlier cell reads go too (its globals are the notebook's, which a worker does not have)."""
     import textwrap
     tree = ast.parse(textwrap.dedent(source))
     bound = set().union(*(bound_names(stmt)[0] for stmt in tree.body)) if tree.body else set()
     free = set().union(*(read_names(stmt) for stmt in tree.body)) - bound if tree.body else set()
+    for _, text in helpers:
+        free |= {node.id for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Name)} - bound
     paths = {id(module): path for path, module in model.named_modules()}
     shipped = {}
     for name in sorted(free):
