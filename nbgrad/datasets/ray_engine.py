@@ -14,6 +14,7 @@ from collections import deque
 
 from torch import nn
 
+from ..engine.compile.compiler import compile_cell
 from ..engine.compile.dataflow import bound_names, read_names
 from ..errors import NbgradError
 from ..models import loading
@@ -166,8 +167,8 @@ def shipped_names(source: str, namespace: dict, model: nn.Module, helpers: tuple
     tree = ast.parse(textwrap.dedent(source))
     bound = set().union(*(bound_names(stmt)[0] for stmt in tree.body)) if tree.body else set()
     free = set().union(*(read_names(stmt) for stmt in tree.body)) - bound if tree.body else set()
-    for _, text in helpers:
-        free |= {node.id for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Name)} - bound
+    if helpers:
+        free |= compile_cell(source, "trace", helpers).helper_globals
     paths = {id(module): path for path, module in model.named_modules()}
     shipped = {}
     for name in sorted(free):

@@ -100,7 +100,8 @@ class _Builder:
         stopping = [index for index, (stmt, _, _) in enumerate(flat) if self._calls_stop(stmt)]   # before rewriting
         stored_anywhere = set().union(*(stored_names(stmt) for stmt, _, _ in flat))
         free = frozenset().union(*(read_names(stmt) for stmt, _, _ in flat)) - all_bound - stored_anywhere
-        free |= self._helper_globals() - all_bound
+        helper_globals = self._helper_globals() - all_bound
+        free |= helper_globals
         self.free = free
         nodes = [self._compile_node(index, *entry) for index, entry in enumerate(flat)]
         specs = [node.spec for node in nodes]
@@ -111,7 +112,8 @@ class _Builder:
         bound = frozenset(n for n in all_bound if not n.startswith(TEMP_PREFIX))
         return Program(self.source, self.mode, self.filename, graph, nodes, self.uses,
                        forward_targets=self._forward_targets(free), grad_targets=self.grad_targets,
-                       bound_names=bound, invokes=self.invokes, calls_nothing=plain, called_names=called_names)
+                       bound_names=bound, invokes=self.invokes, calls_nothing=plain, called_names=called_names,
+                       helper_globals=helper_globals)
 
     # --- event uses and backward passes ---------------------------------------------------------
 

@@ -100,4 +100,5 @@ class Program:
     invokes: list = field(default_factory=list)           # Invoke, in source order
     calls_nothing: bool = False   # the cell cannot change requires_grad flags (cellast.calls_nothing)
     called_names: frozenset = field(default_factory=frozenset)   # names the cell calls but does not bind
+    helper_globals: frozenset = field(default_factory=frozenset)  # names its helpers from earlier cells read
 
