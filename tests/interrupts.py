@@ -55,7 +55,7 @@ SETUP_AND_CLEANUP = {"__init__", "_run", "_cleanup", "_write_back", "run_trace",
                      "trace", "backward", "wrapper", "_display", "after_cell", "_enter", "_exit", "close",
                      "_claim_model", "_release_model", "install", "restore_grad_state", "restore_namespace",
                      "remove_all", "replace", "_add", "acquire", "release", "register_forward_hook", "_bind",
-                     "remove"}
+                     "remove", "give_back_forward"}
 
 
 def points(lines: list, full: bool, stride: int) -> list:

@@ -16,7 +16,7 @@ import weakref
 from torch import nn
 
 from ...errors import NbgradError
-from .skips import gate_in_place
+from .skips import ABSENT, gate_in_place, give_back_forward
 from ..compile.sites import NoSourceError, innermost, rewrap, rewritten, site_code
 
 
@@ -152,7 +152,7 @@ class ModuleSource(SiteTable):
             inner, peeled = innermost(self.body)
             bound = types.MethodType(rewrap(peeled, rewritten(inner, self.dispatch)), module)
             gate = gate_in_place(module)
-            self.given = (gate or module.__dict__.get("forward", _ABSENT), bound)
+            self.given = (gate or module.__dict__.get("forward", ABSENT), bound)
             if gate is not None:            # M.skip(v) in the same cell: the gate stays outermost
                 gate.inner = bound
             else:
@@ -162,19 +162,12 @@ class ModuleSource(SiteTable):
         self.holders.discard(id(handle))
         if self.holders or self.given is None:
             return
-        module = self.module_ref()
         before, ours = self.given
-        if getattr(before, "inner", None) is ours:
+        if getattr(before, "inner", None) is ours:     # a skip gate holds our forward inside it
             before.inner = None
-        elif module is not None and module.__dict__.get("forward") is ours:
-            if before is _ABSENT:
-                del module.__dict__["forward"]
-            else:
-                module.__dict__["forward"] = before
+        else:
+            give_back_forward(self.module_ref(), self.given)
         self.given = None
-
-
-_ABSENT = object()
 
 
 class CalleeSource(SiteTable):

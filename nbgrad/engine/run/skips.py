@@ -50,20 +50,14 @@ class SkipGate:
         if self.given is None and module is not None:
             gate = types.MethodType(_gate_forward, module)
             self.skipped = False
-            self.given = (module.__dict__.get("forward", _ABSENT), gate)
+            self.given = (module.__dict__.get("forward", ABSENT), gate)
             module.__dict__["forward"] = gate
 
     def release(self, handle):
         self.hooks.pop(id(handle), None)
         if self.hooks or self.given is None:
             return
-        module = self.module_ref()
-        before, ours = self.given
-        if module is not None and module.__dict__.get("forward") is ours:
-            if before is _ABSENT:
-                del module.__dict__["forward"]
-            else:
-                module.__dict__["forward"] = before
+        give_back_forward(self.module_ref(), self.given)
         self.given = None
 
     def run(self, module, args, kwargs):
@@ -75,12 +69,23 @@ class SkipGate:
         if output is not NOT_SKIPPED:
             self.skipped = True
             return output
-        before = self.given[0] if self.given is not None else _ABSENT
-        forward = self.inner or (before if before is not _ABSENT else types.MethodType(type(module).forward, module))
+        before = self.given[0] if self.given is not None else ABSENT
+        forward = self.inner or (before if before is not ABSENT else types.MethodType(type(module).forward, module))
         return forward(*args, **kwargs)
 
 
-_ABSENT = object()
+ABSENT = object()       # what `given` holds where the instance had no `forward` of its own
+
+
+def give_back_forward(module: nn.Module | None, given: tuple) -> None:
+    """Put back what M's instance dict held under `forward` (`given`: (that, what we put there)), if ours is
+    still there: nothing of a skip gate or a rewritten forward stays on the instance."""
+    before, ours = given
+    if module is not None and module.__dict__.get("forward") is ours:
+        if before is ABSENT:
+            del module.__dict__["forward"]
+        else:
+            module.__dict__["forward"] = before
 
 
 class _GateHandle:
