@@ -16,6 +16,8 @@ from .sites import NoSourceError, Site, SiteError
 from .skips import SkipGate, skipped_around
 
 HOOKABLE = (nn.Module, Site, SkipGate)   # what has events: a module, a site inside a forward, a skip
+# What a loop over modules may take its elements from (never a tensor, whose rows are not modules)
+LISTINGS = (list, tuple, nn.ModuleList, nn.Sequential, Iterator, MappingView)
 
 
 class ForwardEvents:
@@ -216,7 +218,7 @@ class ForwardEvents:
 
 def kept_elements(container, keep):
     """The elements of an iterable that a loop's condition keeps (an element it cannot judge is kept)."""
-    if not isinstance(container, (list, tuple, nn.ModuleList, nn.Sequential, Iterator, MappingView)):
+    if not isinstance(container, LISTINGS):
         return container
     kept = []
     for item in container:
@@ -235,7 +237,7 @@ def elements(container) -> list:
     yields, with the module taken out of each `(name, module)` pair (never the rows of a tensor)."""
     if isinstance(container, (dict, nn.ModuleDict)):
         return list(container.values())
-    if isinstance(container, (list, tuple, nn.ModuleList, nn.Sequential, Iterator, MappingView)):
+    if isinstance(container, LISTINGS):
         items = list(container)
     else:
         return []
