@@ -197,7 +197,6 @@ def _arguments(input, model: nn.Module, tokenizer) -> tuple:
         tokenizer.padding_side = side
 
 
-
 def _top_next(output):
     """(ids, probs) of the most likely next tokens per row, from the model's logits at the last position."""
     logits = getattr(output, "logits", None)

@@ -102,7 +102,6 @@ def detached(value):
     return value
 
 
-
 def _has_tensor(value) -> bool:
     if isinstance(value, torch.Tensor):
         return True

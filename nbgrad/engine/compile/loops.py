@@ -42,7 +42,6 @@ def _constant_keywords(call: ast.Call) -> bool:
     return all(k.arg is not None and _is_constant(k.value) for k in call.keywords)
 
 
-
 # What a loop's condition may use and still be evaluated early, for each element, with no side effect.
 _PURE = (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Constant, ast.Name, ast.Tuple, ast.List, ast.Set, ast.Attribute,
          ast.Subscript, ast.Slice, ast.Call, ast.expr_context, ast.cmpop, ast.boolop, ast.unaryop)
