@@ -3,14 +3,13 @@ replacing their output with plain forward hooks, and running the model in eval m
 from __future__ import annotations
 
 import contextlib
-import difflib
 import fnmatch
 from collections.abc import Mapping
 
 import torch
 from torch import nn
 
-from ..errors import ModulePathError
+from ..errors import ModulePathError, diagnose
 
 
 def canonical(path: str) -> str:
@@ -51,9 +50,7 @@ def matching(model: nn.Module, sites) -> list:
 
 
 def _nearest(model: nn.Module, name: str) -> str:
-    names = [n for n, _ in model.named_modules() if n]
-    near = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
-    return f"; nearest: {', '.join(near)}" if near else f"; its top-level modules: {', '.join(names[:6])}"
+    return diagnose.nearest_modules([n for n, _ in model.named_modules()], name)
 
 
 def main_tensor(output):

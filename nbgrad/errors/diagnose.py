@@ -11,6 +11,13 @@ from . import naming
 from . import GradError, ModulePathError
 
 
+def nearest_modules(names: list, name: str) -> str:
+    """The end of a 'no such module' message: the three module paths nearest `name`, or the first ones."""
+    names = [n for n in names if n]
+    near = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+    return f"; nearest: {', '.join(near)}" if near else f"; its top-level modules: {', '.join(names[:6])}"
+
+
 def module_path(model: nn.Module, module: nn.Module, root: str = "model") -> str | None:
     """`model.transformer.h[3]` for a submodule, or None when it is not part of the model."""
     for name, candidate in model.named_modules():

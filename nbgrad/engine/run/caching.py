@@ -3,7 +3,6 @@ input) delivered into a `Cache` as it arrives, and with `grads=True` a gradient 
 tensor when a backward pass of the cell starts."""
 from __future__ import annotations
 
-import difflib
 import weakref
 import fnmatch
 from collections.abc import Iterator, Mapping
@@ -11,7 +10,7 @@ from collections.abc import Iterator, Mapping
 import torch
 from torch import nn
 
-from ...errors import ModulePathError, NbgradError
+from ...errors import ModulePathError, NbgradError, diagnose
 from .cache import Cache, Calls, _canonical, main_tensor
 
 
@@ -77,18 +76,12 @@ def matching_modules(model: nn.Module, modules, line: int) -> list:
             found = [name for name, _ in named if name == pattern or fnmatch.fnmatchcase(name, pattern)]
             if not found:
                 raise ModulePathError(f"cache(...): no module of the model matches {item!r}"
-                                      f"{_nearest(named, pattern)}", line)
+                                      f"{diagnose.nearest_modules([n for n, _ in named], pattern)}", line)
         else:
             raise NbgradError(f"cache(modules=...) takes a glob, a module path, a module or a list of them, "
                               f"not a {type(item).__name__}", line)
         chosen.update(found)
     return [(name, module) for name, module in named if name in chosen]
-
-
-def _nearest(named: list, name: str) -> str:
-    names = [n for n, _ in named if n]
-    near = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
-    return f"; nearest: {', '.join(near)}" if near else f"; its top-level modules: {', '.join(names[:6])}"
 
 
 class CacheRecorder:
