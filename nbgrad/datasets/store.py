@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file, safe_open
+from safetensors.torch import save_file, safe_open
 
 from ..errors import NbgradError
 
@@ -63,9 +63,9 @@ class Store:
     def load(self, start: int) -> list:
         """[{name: value} per example] of the batch that starts at `start`."""
         path = self._file(start)
-        with safe_open(str(path), framework="pt") as handle:
+        with safe_open(str(path), framework="pt") as handle:      # one opening: the layout and the tensors
             layout = json.loads(handle.metadata()["layout"])
-        tensors = load_file(str(path))
+            tensors = {key: handle.get_tensor(key) for key in handle.keys()}
         return [{name: _unflatten(shape, tensors) for name, shape in values.items()} for values in layout]
 
     def _file(self, start: int) -> Path:
