@@ -14,6 +14,7 @@ import re
 import textwrap
 from functools import lru_cache
 
+from ..engine.compile.cellast import is_backward_call
 from ..engine.compile.compiler import compile_statements
 from ..engine.compile.dataflow import bound_names
 from ..errors import NbgradError
@@ -96,8 +97,7 @@ def _single_backward(tree: ast.Module) -> int | None:
     (options: retain_graph, create_graph). Then one pass of the sum of the examples' losses gives each
     example's rows the gradient of its own loss (the rows of a batch do not mix), in one pass, not one
     pass through the whole batch per example."""
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-             and n.func.attr == "backward"]
+    calls = [n for n in ast.walk(tree) if is_backward_call(n)]
     if len(calls) != 1:
         return None
     call = calls[0]
@@ -125,8 +125,7 @@ def _retain_graphs(statements: list) -> None:
     """Each copy's backward pass goes through the graph of the whole batch, which the next copy's pass
     needs again: every pass keeps it (it is freed with the batch)."""
     for node in (n for stmt in statements for n in ast.walk(stmt)):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "backward"
-                and not any(keyword.arg == "retain_graph" for keyword in node.keywords)):
+        if is_backward_call(node) and not any(keyword.arg == "retain_graph" for keyword in node.keywords):
             node.keywords.append(ast.keyword(arg="retain_graph", value=ast.Constant(True)))
 
 
