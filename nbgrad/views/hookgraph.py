@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from html import escape
 
+from .tokens import shorten
 from .hookgraph_layout import EVENT_H, EVENT_W, EVENT_X, STATEMENT_W, STATEMENT_X, label_of, layout
 
 # (row pitch, box height): a run's picture gives each statement a second line, what ran when
@@ -34,7 +35,7 @@ def _run_label(ran: list, failed: bool) -> str:
     _, phase, woke_by = ran[-1]
     steps = ", ".join(f"#{step}" for step, _, _ in ran)
     label = f"{'failed' if failed else 'ran'} {steps} · {phase}" + (f" · by {woke_by}" if woke_by else "")
-    return label if len(label) <= 60 else label[:59] + "…"
+    return shorten(label, 60)
 
 
 def _text(x: int, y: int, content: str, size: int = 12, colour: str = "#1a202c", weight: str = "normal") -> str:
@@ -72,7 +73,7 @@ def _statement_box(node: dict, y: int, box: int, ran: list, failed: bool) -> str
     lane = f"[invoke {node['invoke']}] " if node.get("invoke") is not None else ""
     label = f"{lane}line {node['line']}: {node['source'].splitlines()[0]}"
     room = (STATEMENT_W - 16 - (0 if not ran else 44 * min(len(ran), MAX_CHIPS))) // 7
-    parts.append(_text(STATEMENT_X + 8, y + 16, label if len(label) <= room else label[:room - 1] + "…",
+    parts.append(_text(STATEMENT_X + 8, y + 16, shorten(label, room),
                        weight="bold" if failed else "normal"))
     if ran:
         parts.append(f'<rect x="{STATEMENT_X}" y="{y}" width="5" height="{box}" fill="{phase_colour(ran[-1][1])}"/>')
@@ -85,7 +86,7 @@ def _group_box(group: dict, passes: dict) -> str:
     bw = passes[group["pass"]]
     colour = phase_colour(f"backward pass {group['pass']}")
     title = f"backward pass {group['pass']} · started by line {bw['line']}: {bw['source']}"
-    title = title if len(title) <= 64 else title[:63] + "…"
+    title = shorten(title, 64)
     body = "" if group["members"] else _text(group["x"] + 14, group["y"] + 38, "(no statement waits for it)",
                                              11, "#4a5568")
     return (f'<g class="nbg-pass" data-pass="{group["pass"]}" data-start-line="{bw["line"]}" '

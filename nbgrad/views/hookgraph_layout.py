@@ -4,6 +4,8 @@ starts it), and the names statements pass to each other as arrows in lanes right
 Pure data (coordinates), so a test can check that nothing overlaps; `hookgraph` draws it."""
 from __future__ import annotations
 
+from .tokens import shorten
+
 EVENT_X, EVENT_W, EVENT_H = 12, 280, 24
 STATEMENT_X, STATEMENT_W = 330, 470
 GROUP_HEAD, GROUP_PAD, GAP = 24, 8, 10
@@ -129,7 +131,7 @@ def lane_widths(arrows: list, count: int) -> list:
 
 def label_of(arrow: dict) -> str:
     label = ", ".join(arrow["names"])
-    return label if len(label) <= 18 else label[:17] + "…"
+    return shorten(label, 18)
 
 
 def layout(graph: dict, row: int, box: int) -> dict:

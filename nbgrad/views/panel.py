@@ -12,7 +12,7 @@ from . import payload as build
 from .gradients import gradient_targets
 from .hookgraph import hook_graph_svg
 from .static import static_html, text_summary
-from .tokens import visible
+from .tokens import shorten, visible
 from .widget import PanelWidget
 
 MIME_TYPE = "application/vnd.nbgrad.panel+json"
@@ -157,7 +157,7 @@ def _cut(value, room: int = 22) -> str:
     """An invoke's INPUT as a short title: a string as it reads, anything else as its repr."""
     text = " ".join(value.split()) if isinstance(value, str) else " ".join(repr(value).split())
     text = f'"{text}"' if isinstance(value, str) else text
-    return text if len(text) <= room else text[:room - 1] + "…"
+    return shorten(text, room)
 
 
 def _leaf_grad_items(result) -> list:

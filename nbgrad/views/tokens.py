@@ -17,6 +17,11 @@ def visible(token: str) -> str:
     return token.replace(" ", "␣") if token.isspace() else token
 
 
+def shorten(text: str, room: int) -> str:
+    """`text` in at most `room` characters: cut, with `…` where it was cut."""
+    return text if len(text) <= room else text[:room - 1] + "…"
+
+
 def legend_html(bound: float, what: str = "hover for its score") -> str:
     """A colour bar from −bound (blue) through 0 (white) to +bound (red)."""
     steps = [bound * (2 * i / (LEGEND_STEPS - 1) - 1) for i in range(LEGEND_STEPS)]
