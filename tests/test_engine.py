@@ -309,13 +309,21 @@ def test_flags_restored_after_the_model_changes_shape(tiny, ids):
     ("with invoke('a'):\n    h = model.transformer.h[0].output.save()", True),
     ("model.transformer.wte.weight.requires_grad = False", False),
     ("model.requires_grad_(False)", False),
-    ("h = model.transformer.h[0].output.clone().save()", False),
+    ("h = model.transformer.h[0].output.clone().save()", True),
+    ("hs = model.transformer.h[1].output\nloss = hs.float().norm(dim=-1).sum()\nwith loss.backward():\n"
+     "    g = hs.grad.save()", True),
+    ("with model.output.logits.sum().backward():\n    g = model.transformer.h[0].output.grad.save()", True),
+    ("model.transformer.h[0].output.requires_grad_(False)", False),
+    ("hs = model.transformer.h[0].output\nhs.register_hook(print)", False),
+    ("w = model.transformer.wte.weight\nw.sum().save()", False),
+    ("h = model.transformer.h[0].output.sum(prompt())", False),
+    ("with model.output.logits.sum().backward(), torch.no_grad():\n    pass", False),
     ("with invoke(prompt()):\n    h = model.transformer.h[0].output.save()", False),
     ("h = [b.output.save() for b in model.transformer.h]", False),
-    ("with model.output.logits.sum().backward():\n    g = model.transformer.h[0].output.grad.save()", False),
 ])
 def test_which_cells_cannot_change_a_flag(source, plain):
-    """A cell that calls nothing but `.save()` skips the flag snapshot: every other cell takes it."""
+    """A cell that calls nothing but `.save()`, `invoke(...)` and tensor methods of traced values skips the
+    flag snapshot: every other cell takes it."""
     assert compile_cell(source).calls_nothing is plain
 
 

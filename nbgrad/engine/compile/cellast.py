@@ -58,26 +58,70 @@ def is_save_call(node: ast.AST) -> bool:
 
 
 # What a cell may be made of and still run no code but PyTorch's: names, constants, attribute chains,
-# indexing, operators, assignments, `x.save()` and `with invoke(...)` blocks.
+# indexing, operators, assignments, `x.save()`, `with invoke(...)` blocks, tensor methods of traced values
+# and `with LOSS.backward():` blocks.
 _PLAIN = (ast.Module, ast.Expr, ast.Assign, ast.AugAssign, ast.Pass, ast.Name, ast.Constant, ast.Attribute,
           ast.Subscript, ast.Slice, ast.Tuple, ast.List, ast.UnaryOp, ast.BinOp, ast.expr_context, ast.operator,
-          ast.unaryop, ast.withitem, ast.Call, ast.With)
+          ast.unaryop, ast.withitem, ast.Call, ast.With, ast.keyword)
+# Tensor methods that read or compute and never touch a parameter's flag (`requires_grad_` is not one; nor is
+# anything that takes a function, such as `register_hook`, whose function could).
+_PURE_METHODS = frozenset("""
+    abs add amax amin argmax argmin backward chunk clamp clone contiguous cpu cumsum detach dim div double
+    exp expand flatten float gather half index_select item log log_softmax logsumexp masked_fill matmul max
+    mean min mul neg norm numel numpy permute pow prod relu repeat reshape sigmoid size softmax sort split
+    sqrt square squeeze std sub sum t tanh to tolist topk transpose unbind unsqueeze var view""".split())
 
 
 def calls_nothing(body: list) -> bool:
-    """Whether a cell calls nothing but `x.save()` and `invoke(...)`, and sets no attribute but an event's.
-    Such a cell cannot change a `requires_grad` flag, so its run need not read them all twice."""
+    """Whether a cell calls nothing but `x.save()`, `invoke(...)` and tensor methods of traced values, and
+    sets no attribute but an event's. Such a cell cannot change a `requires_grad` flag, so its run need
+    not read them all twice."""
+    traced = _traced_names(body)
     for node in ast.walk(ast.Module(body=body, type_ignores=[])):
         if not isinstance(node, _PLAIN):
             return False
-        if isinstance(node, ast.Call) and not (is_save_call(node) or
+        if isinstance(node, ast.Call) and not (is_save_call(node) or _is_traced_method(node, traced) or
                                                (isinstance(node.func, ast.Name) and node.func.id == "invoke")):
             return False
-        if isinstance(node, ast.With) and not is_invoke_block(node):
+        if isinstance(node, ast.With) and not (is_invoke_block(node) or is_backward_block(node)):
             return False
         if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load) and node.attr not in EVENT_ATTRS:
             return False
     return True
+
+
+def _derives_from_events(expr: ast.AST, traced: set) -> bool:
+    return any(is_event_attr(n) or (isinstance(n, ast.Name) and n.id in traced) for n in ast.walk(expr))
+
+
+def _traced_names(body: list) -> set:
+    """Names the cell binds, by plain assignment, to values made from module events (`hs = M.output`,
+    `loss = hs.sum()`)."""
+    assigns = [node for node in ast.walk(ast.Module(body=body, type_ignores=[])) if isinstance(node, ast.Assign)]
+    traced: set = set()
+    grown = True
+    while grown:
+        grown = False
+        for node in assigns:
+            if _derives_from_events(node.value, traced):
+                for target in node.targets:
+                    if isinstance(target, ast.Name) and target.id not in traced:
+                        traced.add(target.id)
+                        grown = True
+    return traced
+
+
+def _is_traced_method(call: ast.Call, traced: set) -> bool:
+    """`X.method(...)` with a method of `_PURE_METHODS` and X a chain made from a module event."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and func.attr in _PURE_METHODS):
+        return False
+    receiver = func.value
+    while isinstance(receiver, (ast.Attribute, ast.Subscript, ast.Call)):
+        if is_event_attr(receiver):
+            return True
+        receiver = receiver.func if isinstance(receiver, ast.Call) else receiver.value
+    return isinstance(receiver, ast.Name) and receiver.id in traced
 
 
 def can_pause_in(stmt: ast.AST) -> bool:

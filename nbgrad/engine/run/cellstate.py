@@ -3,6 +3,7 @@ it binds, and the namespace slot where compiled code finds the running runtime."
 from __future__ import annotations
 
 import operator
+from itertools import repeat
 
 import torch
 from torch import nn
@@ -29,9 +30,10 @@ class CellState:
         self.namespace = namespace
         self.grad_mode = torch.is_grad_enabled()
         # A cell that calls nothing cannot change a flag: reading them (twice) is most of a small cell's cost.
-        self.columns = parameter_columns(model) if model is not None and not program.calls_nothing else ((), ())
-        self.flags = _flags(self.columns)
-        self.before = {name: namespace.get(name, _MISSING) for name in program.bound_names}
+        self.columns = parameter_columns(model) if model is not None and not program.calls_nothing else None
+        self.flags = _flags(self.columns) if self.columns is not None else None
+        names = program.bound_names
+        self.before = dict(zip(names, map(namespace.get, names, repeat(_MISSING))))
         outer = namespace.get(RUNTIME_NAME, _MISSING)
         # A runtime slot left by a run that is no longer active (a process killed mid-cell) is not restored.
         self.outer_runtime = outer if outer is not _MISSING and any(outer is run for run in active) else _MISSING
@@ -41,8 +43,9 @@ class CellState:
         self.namespace.setdefault("__builtins__", __builtins__)
 
     def restore_grad_state(self) -> None:
-        torch.set_grad_enabled(self.grad_mode)
-        if _flags(self.columns) == self.flags:          # the common case, read at C speed
+        if torch.is_grad_enabled() != self.grad_mode:
+            torch.set_grad_enabled(self.grad_mode)
+        if self.columns is None or _flags(self.columns) == self.flags:     # the common case, read at C speed
             return
         for params, name, flag in zip(*self.columns, self.flags):
             param = params.get(name)
@@ -55,7 +58,8 @@ class CellState:
         unsaved = _unsaved.setdefault(id(self.namespace), set())
         for name in list(self.before):
             value = self.namespace.get(name, _MISSING)
-            if value is _MISSING or value is self.before[name] or not _holds_unsaved(value, saved_ids):
+            if (value is _MISSING or value is self.before[name] or id(value) in saved_ids
+                    or not _holds_unsaved(value, saved_ids)):
                 unsaved.discard(name)
             else:
                 unsaved.add(name)
