@@ -1,6 +1,6 @@
 """Models and what feeds them: loading and the tokenizer registry (`loading`), INPUT -> call arguments
 (`inputs`), invokes -> one padded batch (`batching`), a model's vocabulary and position limits (`limits`),
-what every driver does before a run (`cell`).
+what every driver does before a run (`cell`), and caches by model that cost no Python call (`byid`).
 
 Why a folder: placement, padding and tokenizers are transformers' world, not the engine's; the engine works
 on whatever module tree and call arguments it is given and never moves a tensor itself."""

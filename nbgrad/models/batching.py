@@ -6,12 +6,12 @@ from __future__ import annotations
 import array
 import functools
 import inspect
-import weakref
 
 import torch
 from torch import nn
 
 from ..errors import InputError
+from .byid import weakly
 from .inputs import call_arguments, input_device
 from .limits import check_token_range
 
@@ -57,13 +57,12 @@ _SEEN_LIMIT = 512
 
 
 def _cache_of(tokenizer) -> dict | None:
-    """The tokenizer's cache (a plain dict by id, checked against a weak reference: cheaper than a
-    WeakKeyDictionary, which makes a new reference at every look-up). None if it cannot be referenced."""
+    """The tokenizer's cache (a plain dict by id, see byid.py). None if it cannot be referenced."""
     entry = _seen.get(id(tokenizer))
     if entry is not None and entry[0]() is tokenizer:
         return entry[1]
     try:
-        ref = weakref.ref(tokenizer, lambda _, key=id(tokenizer): _seen.pop(key, None))
+        ref = weakly(tokenizer, _seen)
     except TypeError:
         return None
     _seen[id(tokenizer)] = (ref, {})

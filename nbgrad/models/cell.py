@@ -22,7 +22,7 @@ def default_namespace(namespace, model):
 
 def model_to_trace(model, tokenizer=None, note: bool = True) -> tuple:
     """(module to hook, its tokenizer): the eager module inside a `torch.compile`d one, with a one-line note."""
-    inner = compiled_inner(model)
+    inner = compiled_inner(model) if type(model).__name__ == "OptimizedModule" else None
     if inner is not None:
         if note:
             print("nbgrad: tracing the module inside torch.compile (eagerly, with hooks); the compiled "
@@ -30,7 +30,7 @@ def model_to_trace(model, tokenizer=None, note: bool = True) -> tuple:
         tokenizer = tokenizer or loading.tokenizer_for(model)
         model = inner
     loading.remember(model)
-    return model, tokenizer or loading.tokenizer_for(model)
+    return model, tokenizer if tokenizer is not None else loading.tokenizer_for(model)
 
 
 def invoke_inputs(program, input, namespace: dict, magic: str = "%%trace") -> list:

@@ -2,14 +2,21 @@
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections.abc import Mapping
 
 import torch
 from torch import nn
 
+from ..engine.run import moduletree
 from ..errors import InputError
 from .limits import check_token_ids, input_embeddings
 from .loading import processor_for
+
+# (id(ids), id(model)) -> (ids, their version, model, structure version) of the last few id tensors whose
+# check passed, held weakly: a loop of cells on the same ids checks them once.
+_checked: dict = {}
+_CHECKED_KEPT = 8
 
 INPUT_HELP = ("INPUT may be a string or a list of strings (tokenized; a list is one padded batch), "
               "a PIL image or a list of them (through the model's image processor), "
@@ -20,8 +27,16 @@ INPUT_HELP = ("INPUT may be a string or a list of strings (tokenized; a list is 
 def call_arguments(value, model: nn.Module, tokenizer=None) -> tuple:
     """(args, kwargs) for `model(*args, **kwargs)`, tensors moved to `input_device(model)`."""
     if type(value) is torch.Tensor and value.numel() and not value.is_floating_point():
-        # The common case of a loop of cells on the same ids, in as few calls as it takes.
-        check_token_ids(value, model)
+        # The common case of a loop of cells on the same ids, in as few calls as it takes: the same ids,
+        # unchanged, on the same model, unchanged, were checked already.
+        key, version = (id(value), id(model)), moduletree._structure_version[0]
+        checked = _checked.get(key)
+        if not (checked is not None and checked[0]() is value and checked[1] == value._version
+                and checked[2]() is model and checked[3] == version):
+            check_token_ids(value, model)
+            if len(_checked) >= _CHECKED_KEPT:
+                _checked.pop(next(iter(_checked)))
+            _checked[key] = (weakref.ref(value), value._version, weakref.ref(model), version)
         device = input_device(model)
         return ((value if device is None or value.device == device else value.to(device)),), {}
     if _is_image(value) or (isinstance(value, list) and value and all(map(_is_image, value))):

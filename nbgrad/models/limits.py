@@ -10,23 +10,26 @@ from torch import nn
 from ..engine.run import moduletree
 from ..errors import naming
 from ..errors import InputError
+from .byid import weakly
 
 
-_embeddings: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
+# id(model) -> (weak reference to the model, structure version, its input embeddings): read before every cell,
+# so a plain dict by id (see byid.py).
+_embeddings: dict = {}
 
 
 def input_embeddings(model: nn.Module):
     """The model's input embedding module (`get_input_embeddings()`), or None. Cached per model until any
     module is registered anywhere (`set_input_embeddings` assigns a module, which counts)."""
-    cached = _embeddings.get(model)
-    if cached is not None and cached[0] == moduletree._structure_version[0]:
-        return cached[1]
+    cached = _embeddings.get(id(model))
+    if cached is not None and cached[0]() is model and cached[1] == moduletree._structure_version[0]:
+        return cached[2]
     try:
         embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     except (NotImplementedError, AttributeError):
         embeddings = None
     embeddings = embeddings if isinstance(embeddings, nn.Module) else None
-    _embeddings[model] = (moduletree._structure_version[0], embeddings)
+    _embeddings[id(model)] = (weakly(model, _embeddings), moduletree._structure_version[0], embeddings)
     return embeddings
 
 

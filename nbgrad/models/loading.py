@@ -8,11 +8,14 @@ from pathlib import Path
 
 from torch import nn
 
+from .byid import weakly
+
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "data" / "default"
 
-_tokenizers: "weakref.WeakKeyDictionary[nn.Module, object]" = weakref.WeakKeyDictionary()
+# Read before every cell: plain dicts by id(model) (see byid.py).
+_tokenizers: dict = {}           # id(model) -> (weak reference, tokenizer)
+_seen: dict = {}                 # id(model) -> (weak reference,): every model nbgrad has traced or loaded
 _processors: "weakref.WeakKeyDictionary[nn.Module, object]" = weakref.WeakKeyDictionary()
-_seen: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
 # The arguments each model was loaded with: a dataset run on other machines loads it the same way there.
 _load_arguments: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
 
@@ -109,13 +112,16 @@ def _note(text: str) -> None:
 
 
 def register_tokenizer(model: nn.Module, tokenizer) -> None:
-    _tokenizers[model] = tokenizer
+    _tokenizers[id(model)] = (weakly(model, _tokenizers), tokenizer)
     remember(model)
 
 
 def tokenizer_for(model: nn.Module):
     """The tokenizer nbgrad knows for this model (registered, or its `tokenizer` attribute), or None."""
-    return _tokenizers.get(model) or getattr(model, "tokenizer", None)
+    entry = _tokenizers.get(id(model))
+    if entry is not None and entry[0]() is model and entry[1] is not None:
+        return entry[1]
+    return getattr(model, "tokenizer", None)
 
 
 def processor_for(model: nn.Module):
@@ -124,8 +130,10 @@ def processor_for(model: nn.Module):
 
 
 def remember(model: nn.Module) -> None:
-    _seen.add(model)
+    entry = _seen.get(id(model))
+    if entry is None or entry[0]() is not model:
+        _seen[id(model)] = (weakly(model, _seen),)
 
 
 def models_seen() -> list:
-    return list(_seen)
+    return [model for model in (entry[0]() for entry in list(_seen.values())) if model is not None]
