@@ -13,7 +13,8 @@ def trace_arguments(model, namespace) -> None:
     if not isinstance(model, nn.Module):
         raise ArgumentError(f"the model to trace is {_kind(model)}, not a torch.nn.Module: pass the module itself "
                             f"(e.g. `model = nbgrad.load_model()`)")
-    _check_namespace(namespace)
+    if namespace is not None and not isinstance(namespace, dict):
+        _check_namespace(namespace)
 
 
 def backward_arguments(loss, namespace, grad_output=None) -> None:

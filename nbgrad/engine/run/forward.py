@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Iterator, MappingView
+from functools import partial
 
 import torch
 from torch import nn
@@ -42,7 +43,11 @@ class ForwardEvents:
     # --- requests -------------------------------------------------------------------------------
 
     def read(self, task, request):
-        module = self._module(task, request)
+        module = task.module        # the module it was parked on, when it is being woken (as in _module)
+        if module is None:
+            module = self.resolve(request.module, request.use)
+        else:
+            task.module = None
         use = self.uses[request.use]
         if not isinstance(module, HOOKABLE):
             return True, getattr(module, use.kind)
@@ -163,10 +168,9 @@ class ForwardEvents:
             return False
         if kind == "output":
             key = (id(module), "output")
-
-            def on_output(mod, args, output):
-                return self._on_event(key, output)
-            return self.runtime.hooks.add(key, lambda: module.register_forward_hook(on_output, prepend=prepend))
+            # Registered here, not through HookSet.add: this is every cell's hook, and the two calls add up.
+            self.runtime.hooks[key] = module.register_forward_hook(partial(self._on_event, key), prepend=prepend)
+            return True
         module_id = id(module)
 
         def on_input(mod, args, kwargs):
@@ -174,7 +178,9 @@ class ForwardEvents:
         return self.runtime.hooks.add((module_id, "input"), lambda: module.register_forward_pre_hook(
             on_input, with_kwargs=True, prepend=prepend))
 
-    def _on_event(self, key, value):
+    def _on_event(self, key, module, args, value):
+        """An event fires: `value` is what the module returned or was called with. Called as a forward hook
+        (with `module` and `args`, unused) or from `_on_input` (with None for both)."""
         if self.runtime.scheduler.in_statement:
             return None         # a call the cell makes itself (a logit lens): not the model's own event
         self.values[key] = value
@@ -201,11 +207,11 @@ class ForwardEvents:
     def _on_input(self, module_id, args, kwargs):
         if self.runtime.scheduler.in_statement:
             return None
-        new_pair = self._on_event((module_id, "inputs"), (args, kwargs))
+        new_pair = self._on_event((module_id, "inputs"), None, None, (args, kwargs))
         if new_pair is not None:
             args, kwargs = new_pair
         first = args[0] if args else next(iter(kwargs.values()), None)
-        new_first = self._on_event((module_id, "input"), first)
+        new_first = self._on_event((module_id, "input"), None, None, first)
         if new_first is not None:
             if args:
                 args = (new_first,) + tuple(args[1:])

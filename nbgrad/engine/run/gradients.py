@@ -109,10 +109,14 @@ class GradientEvents:
             return True, target.backward(*args, **kwargs)
         runtime = self.runtime
         diagnose.check_loss(loss, backward_pass, args, kwargs, runtime.no_grad, runtime.ns, runtime.model)
+        scheduler = runtime.scheduler
+        outer_phase = scheduler.phase
         self.pass_state[pass_index] = "running"
         self.running.append(pass_index)
+        scheduler.phase = f"backward pass {pass_index}"
         self._hook_pass_targets(pass_index)
-        runtime.scheduler.start_ready()
+        if scheduler.unstarted:
+            scheduler.start_ready()
         try:
             (torch.autograd.backward(loss, *args, **kwargs) if target is torch.autograd
              else loss.backward(*args, **kwargs))
@@ -123,8 +127,10 @@ class GradientEvents:
         finally:
             self.running.pop()
             self.pass_state[pass_index] = "done"
+            scheduler.phase = outer_phase
         self._check_pass_delivered(pass_index)
-        runtime.scheduler.start_ready()
+        if scheduler.unstarted:
+            scheduler.start_ready()
         return True, None
 
     def _check_pass_delivered(self, pass_index: int) -> None:

@@ -23,18 +23,16 @@ class Result:
         return self.saved[name]
 
 
-class Later:
-    """A value built on first read: `Result.graph` given as `Later(build, *args)` is `build(*args)`."""
-    __slots__ = ("build", "args")
-
-    def __init__(self, build, *args):
-        self.build, self.args = build, args
+class Later(tuple):
+    """A value built on first read: `Result.graph` given as `Later((build, *args))` is `build(*args)`. A tuple,
+    so that making one runs no Python code."""
+    __slots__ = ()
 
 
 def _graph(result: Result):
     graph = result.__dict__["_graph"]
     if type(graph) is Later:
-        graph = result.__dict__["_graph"] = graph.build(*graph.args)
+        graph = result.__dict__["_graph"] = graph[0](*graph[1:])
     return graph
 
 
@@ -70,7 +68,9 @@ class SavedValues:
             elif isinstance(value, dict):
                 for key, element in value.items():
                     names.setdefault(id(element), [f"{name}[{key!r}]"])
-        in_source_order = sorted(self.by_id.items(), key=lambda item: item[1][2])
+        in_source_order = list(self.by_id.items())
+        if len(in_source_order) > 1:
+            in_source_order.sort(key=lambda item: item[1][2])
         named = {}
         for value_id, (label, value, _) in in_source_order:
             for name in names.get(value_id, [label]):

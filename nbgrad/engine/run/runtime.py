@@ -24,26 +24,30 @@ from .gradients import GradientEvents
 from .hookset import HookSet
 from ..compile.program import Backward, GradRead, GradWrite, Program, Read, Write
 from .result import Later, Result, SavedValues, grad_pairs
-from .scheduler import Scheduler
+from .scheduler import AFTER_FORWARD, FORWARD, Scheduler
 from .caching import start_cache
 from .stopping import StopRun, request_stop
 from .sites import source_of
 from .skips import skip_of
 
-_local = threading.local()          # per thread: the runtimes now running, innermost last
+
+class _PerThread(threading.local):
+    """Made anew in each thread that reads it, so that `_local.runtimes` always exists there."""
+
+    def __init__(self):
+        self.runtimes: list = []         # the runtimes now running in this thread, innermost last
+
+
+_local = _PerThread()
 _tracing: dict = {}                 # id(model) -> id of the thread whose runs trace it
 
 
 def _active() -> list:
-    try:
-        return _local.runtimes
-    except AttributeError:
-        _local.runtimes = []
-        return _local.runtimes
+    return _local.runtimes
 
 
 def active_runtime():
-    runtimes = _active()
+    runtimes = _local.runtimes
     return runtimes[-1] if runtimes else None
 
 
@@ -71,7 +75,6 @@ class Runtime:
         self.scheduler.handlers = {Read: self.forward.read, Write: self.forward.write,
                                    GradRead: self.gradients.read, GradWrite: self.gradients.write,
                                    Backward: self.gradients.backward}
-        self.scheduler.phase = self._phase
         self.state = None                # CellState, once the run has taken its snapshot
         self.recorders: list = []        # the cell's cache(..., grads=True) recorders, hooked at each pass
         self.stopped_at = None           # the line of the `stop()` that ended the model run
@@ -97,20 +100,18 @@ class Runtime:
         def body():
             self.scheduler.start_ready()
             self.forward.hook_targets(self.program.forward_targets, self.ns)
-            self.forward.model_running = True
+            self.forward.model_running, self.scheduler.phase = True, FORWARD
             try:
                 if self.stopped_at is None:      # a stop() before the model ran: it does not run at all
                     self.model(*call_args, **call_kwargs)
             except StopRun:
                 pass
-            self.forward.model_running = False
-            self.forward.done = True
-            self.scheduler.start_ready()
+            self._forward_done()
         return self._run(body)
 
     def run_backward(self, loss, grad_output=None, retain_graph=False, create_graph=False) -> Result:
         def body():
-            self.forward.done = True
+            self.forward.done, self.scheduler.phase = True, AFTER_FORWARD     # its statements start with the pass
             kwargs = {"retain_graph": retain_graph or None, "create_graph": create_graph}
             if grad_output is not None:
                 kwargs["gradient"] = grad_output
@@ -129,13 +130,12 @@ class Runtime:
 
     def start_step(self) -> None:
         self.scheduler.start_ready()
-        self.forward.model_running = True
+        self.forward.model_running, self.scheduler.phase = True, FORWARD
 
     def finish_step(self) -> Result:
-        self.forward.model_running = False
-        self.forward.done = True
-        self.scheduler.start_ready()
-        self._check_finished()
+        self._forward_done()
+        if self.scheduler.parked:
+            self._check_finished()
         return self._result()
 
     def close(self, error: BaseException | None = None) -> BaseException | None:
@@ -156,8 +156,10 @@ class Runtime:
         try:
             try:
                 self._enter()
-                with torch.set_grad_enabled(self.state.grad_mode and not self.no_grad):
-                    body()
+                if self.no_grad and self.state.grad_mode:     # given back by _exit (restore_grad_state)
+                    torch.set_grad_enabled(False)
+                body()
+                if self.scheduler.parked:
                     self._check_finished()
                 return self._result()
             except BaseException as error:
@@ -165,7 +167,8 @@ class Runtime:
             finally:
                 self._exit()
         finally:
-            self._exit()     # again where an interrupt cut the first short (at any line): every step is idempotent
+            if not self._exited:     # again where an interrupt cut the first short (at any line): each step is
+                self._exit()         # idempotent
 
     def _for_the_cell(self, error: BaseException) -> BaseException:
         hints.add_hints(error, self)
@@ -177,8 +180,9 @@ class Runtime:
 
     def _enter(self) -> None:
         self._claim_model()
-        self.state = CellState(self.program, self.ns, self.model, _active())
-        _active().append(self)
+        runtimes = _local.runtimes
+        self.state = CellState(self.program, self.ns, self.model, runtimes)
+        runtimes.append(self)
         self.state.install(self)
 
     def _exit(self) -> None:
@@ -190,7 +194,7 @@ class Runtime:
         if self.state is not None:
             self.state.restore_grad_state()
             self.state.restore_namespace(self.saved.by_id.keys())
-        runtimes = _active()
+        runtimes = _local.runtimes
         if self in runtimes:
             runtimes.remove(self)
         self._release_model()
@@ -216,18 +220,18 @@ class Runtime:
         after `self` left the active list; idempotent)."""
         if self.model is None:
             return
-        for run in _active():
+        for run in _local.runtimes:
             if run.model is self.model:
                 return
         if _tracing.get(id(self.model)) == threading.get_ident():
             _tracing.pop(id(self.model), None)
 
-    def _phase(self) -> str:
-        if self.gradients.running:
-            return f"backward pass {self.gradients.running[-1]}"
-        if self.forward.model_running:
-            return "forward"
-        return "after the forward pass" if self.forward.done else "before the model runs"
+    def _forward_done(self) -> None:
+        """The model's forward call has returned: start what waited for that."""
+        self.forward.model_running, self.forward.done = False, True
+        self.scheduler.phase = AFTER_FORWARD
+        if self.scheduler.unstarted:
+            self.scheduler.start_ready()
 
     def graph(self):
         """The hook graph with what happened in this run: which event woke each statement, and when."""
@@ -251,10 +255,12 @@ class Runtime:
         invoke_of = self.saved.invoke_of
         # The picture is drawn from the timeline only when someone looks (a panel, `result.graph`): a loop of
         # traces that reads values only never pays for it. Holds the program and timeline, not the runtime.
-        graph = Later(run_graph, self.program, self.scheduler.timeline, self.scheduler.failed)
+        graph = Later((run_graph, self.program, self.scheduler.timeline, self.scheduler.failed))
+        sources = self.gradients.sources
         return Result(saved=saved, graph=graph, shapes=self.shapes,
-                      grad_pairs=grad_pairs(saved, self.gradients.sources, bound, self.ns),
-                      saved_invokes={name: invoke_of[id(v)] for name, v in saved.items() if id(v) in invoke_of})
+                      grad_pairs=grad_pairs(saved, sources, bound, self.ns) if sources else {},
+                      saved_invokes={name: invoke_of[id(v)] for name, v in saved.items() if id(v) in invoke_of}
+                      if invoke_of else {})
 
 
 def run_graph(program: Program, timeline: list, failed) -> HookGraph:

@@ -7,14 +7,16 @@ import types
 from ...errors import diagnose
 from ...errors import OrderError
 
+# Where a run is, as its timeline records it; set at each change (and "backward pass N" during a pass), so
+# that recording it costs no call.
+BEFORE_MODEL, FORWARD, AFTER_FORWARD = "before the model runs", "forward", "after the forward pass"
+
 
 class Task:
     """A started node: its generator, the use id of the event that woke it last, and the module whose event
-    it is parked on (so that the answer need not find the module again)."""
+    it is parked on (so that the answer need not find the module again). Made with no arguments and filled
+    in by `start_ready`, so that making one runs no Python code."""
     __slots__ = ("node", "gen", "cause", "module")
-
-    def __init__(self, node, gen, cause):
-        self.node, self.gen, self.cause, self.module = node, gen, cause, None
 
 
 class Scheduler:
@@ -35,26 +37,25 @@ class Scheduler:
         self.in_statement = 0
         self.current = None              # the task whose code runs now
         self.timeline: list = []         # (node index, use id of the event that woke it or None, phase)
-        self.phase = lambda: ""          # where the run is now ("forward", "backward pass 0", ...)
+        self.phase = BEFORE_MODEL        # where the run is now ("forward", "backward pass 0", ...)
         self.failed = None               # index of the node whose code raised
 
-    def _ready(self, node) -> bool:
-        spec = node.spec
-        if spec.block is not None and self.pass_state[spec.block] == "pending":
-            return False
-        return self.done.issuperset(spec.deps)
-
     def start_ready(self) -> None:
-        """Start, in source order, every node whose dependencies have finished."""
+        """Start, in source order, every node whose dependencies have finished (and whose backward pass, for
+        a statement inside `with LOSS.backward():`, has begun)."""
         progressed = True
         while progressed:
             progressed = False
             for node in self.unstarted:
-                if self._ready(node):
+                spec = node.spec
+                pass_begun = spec.block is None or self.pass_state[spec.block] != "pending"
+                if pass_begun and self.done.issuperset(spec.deps):
                     self.unstarted.remove(node)
-                    task = Task(node, types.FunctionType(node.code, self.namespace)(), self.cause)
+                    task = Task()
+                    task.node, task.cause, task.module = node, self.cause, None
+                    task.gen = types.FunctionType(node.code, self.namespace)()
                     self.tasks.append(task)
-                    self.timeline.append((node.spec.index, None, self.phase()))
+                    self.timeline.append((node.spec.index, None, self.phase))
                     self._advance(task, None)
                     progressed = True
                     break
@@ -106,7 +107,7 @@ class Scheduler:
                 waiting.sort(key=lambda pair: pair[0].node.spec.index)
             for task, request in waiting:
                 task.cause = self.cause
-                self.timeline.append((task.node.spec.index, request.use, self.phase()))
+                self.timeline.append((task.node.spec.index, request.use, self.phase))
                 try:
                     answered, value = self.handlers[type(request)](task, request)
                 except Exception as raised:
