@@ -70,6 +70,31 @@ def test_a_small_cell_makes_few_python_calls_into_nbgrad(default_model, source, 
     assert calls[("api.py", "trace")] == 1      # the count sees nbgrad's own frames
 
 
+@pytest.mark.parametrize("source", [ONE_READ, ONE_GRADIENT], ids=["one read", "one gradient"])
+def test_a_run_is_freed_without_the_garbage_collector(default_model, source):
+    """A run leaves no reference cycle: what it held (its runtime, the namespace it made, the saved tensors
+    and their autograd graph) goes the moment the caller lets go, not at a later collector pass, which would
+    hold the memory until then and pause some later cell."""
+    ids = nbgrad.tokenizer_for(default_model)("The capital of France is", return_tensors="pt")["input_ids"]
+    nbgrad.trace(default_model, ids, source)
+    default_model.zero_grad()
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        saved = nbgrad.trace(default_model, ids, source).saved
+        assert saved and all(isinstance(value, torch.Tensor) for value in saved.values())
+        del saved
+        default_model.zero_grad()
+        gc.collect()
+        left = [type(thing).__module__ + "." + type(thing).__qualname__ for thing in gc.garbage]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert left == [], f"a run left reference cycles: {collections.Counter(left).most_common(8)}"
+
+
 def test_a_one_read_cell_adds_no_tensor_operation(default_model):
     ids = nbgrad.tokenizer_for(default_model)("The capital of France is", return_tensors="pt")["input_ids"]
     nbgrad.trace(default_model, ids, ONE_READ)

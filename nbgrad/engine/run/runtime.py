@@ -204,6 +204,10 @@ class Runtime:
         if self.rows is not None:
             self.rows.clear()
         self._exited = True
+        # No cycle left (runtime <-> its parts): the run, and what it held, go by reference counting the moment
+        # the cell lets go of them, not at a garbage-collector pass.
+        self.scheduler.handlers = {}
+        self.forward.runtime = self.gradients.runtime = None
 
     def _claim_model(self) -> None:
         """One model, one trace at a time: two threads tracing it would mix their edits and values. No lock:
