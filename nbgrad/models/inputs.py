@@ -17,6 +17,7 @@ from .loading import processor_for
 # check passed, held weakly: a loop of cells on the same ids checks them once.
 _checked: dict = {}
 _CHECKED_KEPT = 8
+_META = torch.device("meta")
 
 INPUT_HELP = ("INPUT may be a string or a list of strings (tokenized; a list is one padded batch), "
               "a PIL image or a list of them (through the model's image processor), "
@@ -113,8 +114,10 @@ def input_device(model: nn.Module):
     embeddings = input_embeddings(model)
     if embeddings is not None and "_hf_hook" not in vars(embeddings) and "_hf_hook" not in vars(model):
         weight = embeddings._parameters.get("weight")      # the common case, first: this runs before every cell
-        if weight is not None and weight.device.type != "meta":
-            return weight.device
+        if weight is not None:
+            device = weight.device
+            if device != _META:        # compared as devices: `device.type` makes a string, slow when cold
+                return device
     for module in (embeddings, model):
         device = _execution_device(module)
         if device is not None:
