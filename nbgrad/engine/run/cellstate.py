@@ -3,7 +3,6 @@ it binds, and the namespace slot where compiled code finds the running runtime."
 from __future__ import annotations
 
 import operator
-from itertools import repeat
 
 import torch
 from torch import nn
@@ -32,8 +31,7 @@ class CellState:
         # A cell that calls nothing cannot change a flag: reading them (twice) is most of a small cell's cost.
         self.columns = parameter_columns(model) if model is not None and not program.calls_nothing else None
         self.flags = _flags(self.columns) if self.columns is not None else None
-        names = program.bound_names
-        self.before = dict(zip(names, map(namespace.get, names, repeat(_MISSING))))
+        self.before = {name: namespace.get(name, _MISSING) for name in program.bound_names}
         outer = namespace.get(RUNTIME_NAME, _MISSING)
         # A runtime slot left by a run that is no longer active (a process killed mid-cell) is not restored.
         self.outer_runtime = outer if outer is not _MISSING and any(outer is run for run in active) else _MISSING
@@ -85,7 +83,11 @@ def _flags(columns: tuple) -> list:
 
 def _holds_unsaved(value, saved_ids, depth: int = 0) -> bool:
     """Is this a tensor (or a container of tensors) from the trace that was not saved?"""
-    if id(value) in saved_ids or isinstance(value, nn.Parameter):
+    if id(value) in saved_ids:
+        return False
+    if type(value) is torch.Tensor:     # never a Parameter: skips Parameter's isinstance hook (Python, slow cold)
+        return True
+    if isinstance(value, nn.Parameter):
         return False
     if isinstance(value, torch.Tensor):
         return True
