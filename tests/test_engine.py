@@ -319,7 +319,15 @@ def test_flags_restored_after_the_model_changes_shape(tiny, ids):
     ("h = model.transformer.h[0].output.sum(prompt())", False),
     ("with model.output.logits.sum().backward(), torch.no_grad():\n    pass", False),
     ("with invoke(prompt()):\n    h = model.transformer.h[0].output.save()", False),
-    ("h = [b.output.save() for b in model.transformer.h]", False),
+    ("h = [b.output.save() for b in model.transformer.h]", True),
+    ("outs = [model.transformer.h[i].output.save() for i in range(len(model.transformer.h))]", True),
+    ("for i in range(len(model.transformer.h)):\n    model.transformer.h[i].output[:] *= 0.5", True),
+    ("for name, m in model.named_modules():\n    if name.endswith('mlp'):\n        x = m.output.save()", True),
+    ("for p in model.parameters():\n    p.requires_grad = False", False),
+    ("for b in model.transformer.h:\n    b.output.requires_grad_(False)", False),
+    ("h = [freeze(b) for b in model.transformer.h]", False),
+    ("len = model.requires_grad_\nlen(False)", False),
+    ("print(model.transformer.h[0].output)", False),
 ])
 def test_which_cells_cannot_change_a_flag(source, plain):
     """A cell that calls nothing but `.save()`, `invoke(...)` and tensor methods of traced values skips the

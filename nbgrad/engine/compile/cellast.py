@@ -58,11 +58,18 @@ def is_save_call(node: ast.AST) -> bool:
 
 
 # What a cell may be made of and still run no code but PyTorch's: names, constants, attribute chains,
-# indexing, operators, assignments, `x.save()`, `with invoke(...)` blocks, tensor methods of traced values
-# and `with LOSS.backward():` blocks.
+# indexing, operators, comparisons, assignments, loops and comprehensions, `x.save()`, `with invoke(...)`
+# blocks, tensor methods of traced values, listings of modules, a few builtins and `with LOSS.backward():`.
 _PLAIN = (ast.Module, ast.Expr, ast.Assign, ast.AugAssign, ast.Pass, ast.Name, ast.Constant, ast.Attribute,
-          ast.Subscript, ast.Slice, ast.Tuple, ast.List, ast.UnaryOp, ast.BinOp, ast.expr_context, ast.operator,
-          ast.unaryop, ast.withitem, ast.Call, ast.With, ast.keyword)
+          ast.Subscript, ast.Slice, ast.Tuple, ast.List, ast.Dict, ast.UnaryOp, ast.BinOp, ast.BoolOp, ast.Compare,
+          ast.IfExp, ast.expr_context, ast.operator, ast.unaryop, ast.boolop, ast.cmpop, ast.withitem, ast.Call,
+          ast.With, ast.keyword, ast.For, ast.If, ast.Break, ast.Continue, ast.ListComp, ast.DictComp,
+          ast.GeneratorExp, ast.comprehension)
+# Builtins that only count, list or convert (a cell that rebinds one of these names is not plain), the
+# methods that list a module's submodules or a dict's entries, and the name tests of a loop's condition.
+_PURE_BUILTINS = frozenset("enumerate float int len list range reversed sorted tuple zip".split())
+_LISTING_METHODS = frozenset("children items keys modules named_children named_modules values".split())
+_NAME_TESTS = frozenset(("endswith", "startswith"))
 # Tensor methods that read or compute and never touch a parameter's flag (`requires_grad_` is not one; nor is
 # anything that takes a function, such as `register_hook`, whose function could).
 _PURE_METHODS = frozenset("""
@@ -73,21 +80,34 @@ _PURE_METHODS = frozenset("""
 
 
 def calls_nothing(body: list) -> bool:
-    """Whether a cell calls nothing but `x.save()`, `invoke(...)` and tensor methods of traced values, and
-    sets no attribute but an event's. Such a cell cannot change a `requires_grad` flag, so its run need
-    not read them all twice."""
+    """Whether a cell calls nothing but `x.save()`, `invoke(...)`, tensor methods of traced values, listings
+    and a few builtins (see `_PLAIN`), and sets no attribute but an event's. Such a cell cannot change a
+    `requires_grad` flag, so its run need not read them all twice."""
     traced = _traced_names(body)
+    bound = {n.id for n in ast.walk(ast.Module(body=body, type_ignores=[]))
+             if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
     for node in ast.walk(ast.Module(body=body, type_ignores=[])):
         if not isinstance(node, _PLAIN):
             return False
         if isinstance(node, ast.Call) and not (is_save_call(node) or _is_traced_method(node, traced) or
-                                               (isinstance(node.func, ast.Name) and node.func.id == "invoke")):
+                                               _is_plain_call(node, bound)):
             return False
         if isinstance(node, ast.With) and not (is_invoke_block(node) or is_backward_block(node)):
             return False
         if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load) and node.attr not in EVENT_ATTRS:
             return False
     return True
+
+
+def _is_plain_call(call: ast.Call, bound: set) -> bool:
+    """`invoke(...)`, one of `_PURE_BUILTINS` (not rebound by the cell), `X.modules()` and the like, or
+    `name.startswith(...)`."""
+    func = call.func
+    if isinstance(func, ast.Name):
+        return func.id == "invoke" or (func.id in _PURE_BUILTINS and func.id not in bound)
+    if not isinstance(func, ast.Attribute):
+        return False
+    return (func.attr in _LISTING_METHODS and not call.args) or func.attr in _NAME_TESTS
 
 
 def _derives_from_events(expr: ast.AST, traced: set) -> bool:
