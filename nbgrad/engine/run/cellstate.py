@@ -85,12 +85,9 @@ def _holds_unsaved(value, saved_ids, depth: int = 0) -> bool:
     """Is this a tensor (or a container of tensors) from the trace that was not saved?"""
     if id(value) in saved_ids:
         return False
-    if type(value) is torch.Tensor:     # never a Parameter: skips Parameter's isinstance hook (Python, slow cold)
-        return True
-    if isinstance(value, nn.Parameter):
-        return False
     if isinstance(value, torch.Tensor):
-        return True
+        # A plain tensor is never a Parameter: ask Parameter's isinstance hook (Python, slow cold) of others only
+        return type(value) is torch.Tensor or not isinstance(value, nn.Parameter)
     if depth > 2 or isinstance(value, (str, bytes, nn.Module)):
         return False
     if isinstance(value, dict):
