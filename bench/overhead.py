@@ -1,7 +1,8 @@
 """nbgrad's overhead as a ratio against the same work done with raw PyTorch hooks, in one run.
 
-Each scenario alternates nbgrad and raw hooks on the same model and ids; the ratio is
-median(nbgrad) / median(raw) over >= 30 runs each. Run: `python bench/overhead.py [--runs N]`.
+Each scenario runs nbgrad and raw hooks in pairs on the same model and ids, each first in every other pair;
+the ratio is median(nbgrad) / median(raw) over >= 30 runs each (100 on the embedded model by default), and the
+fixed cost the median of the per-pair differences. Run: `python bench/overhead.py [--runs N]`.
 """
 from __future__ import annotations
 
@@ -106,8 +107,8 @@ def invoke_scenario(model, runs: int, tokenizer) -> tuple:
     namespace = {"model": model, "CLEAN": "The Eiffel Tower is in the city of", "CORRUPT": "The Colosseum is in"}
     program = compile_cell(PATCH_INVOKES)
     _, batch, _ = batch_invokes([namespace["CLEAN"], namespace["CORRUPT"]], program.invokes, model, tokenizer)
-    return ratio(lambda: nbgrad.trace(model, None, PATCH_INVOKES, namespace, no_grad=True, tokenizer=tokenizer),
-                 lambda: raw_patch_batch(model, batch), runs)
+    return paired(lambda: nbgrad.trace(model, None, PATCH_INVOKES, namespace, no_grad=True, tokenizer=tokenizer),
+                  lambda: raw_patch_batch(model, batch), runs)
 
 
 def timed(fn) -> float:
@@ -116,15 +117,28 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def ratio(nbgrad_fn, raw_fn, runs: int) -> tuple:
+def paired(nbgrad_fn, raw_fn, runs: int) -> tuple:
+    """(ratio of the medians, nbgrad's median, raw's median, median of the per-pair differences). The two
+    run in pairs, each first in every other pair; the per-pair difference is the steadier measure of the
+    fixed cost on a machine whose speed drifts (both runs of a pair see the same drift)."""
     for _ in range(5):          # warm-up: allocator growth, lazy inits
         nbgrad_fn(), raw_fn()
     ours, theirs = [], []
-    for _ in range(runs):
-        ours.append(timed(nbgrad_fn))
-        theirs.append(timed(raw_fn))
+    for index in range(runs):
+        if index % 2:
+            ours.append(timed(nbgrad_fn))
+            theirs.append(timed(raw_fn))
+        else:
+            theirs.append(timed(raw_fn))
+            ours.append(timed(nbgrad_fn))
     ours_median, raw_median = statistics.median(ours), statistics.median(theirs)
-    return ours_median / raw_median, ours_median, raw_median
+    difference = statistics.median(mine - other for mine, other in zip(ours, theirs))
+    return ours_median / raw_median, ours_median, raw_median, difference
+
+
+def ratio(nbgrad_fn, raw_fn, runs: int) -> tuple:
+    """(ratio of the medians, nbgrad's median, raw's median): see `paired`."""
+    return paired(nbgrad_fn, raw_fn, runs)[:3]
 
 
 def memory_ratio(nbgrad_fn, raw_fn, device_type: str = "cpu") -> float:
@@ -143,8 +157,8 @@ def magic_scenario(model, ids, runs: int) -> tuple:
     raw_cell = ("kept = {}\nhandle = model.transformer.h[-1].register_forward_hook("
                 "lambda m, a, o: kept.setdefault('hs', o))\ntry:\n    model(ids)\nfinally:\n    handle.remove()\n"
                 "hs = kept['hs']")
-    return ratio(lambda: shell.run_cell(magic_cell, store_history=False),
-                 lambda: shell.run_cell(raw_cell, store_history=False), runs)
+    return paired(lambda: shell.run_cell(magic_cell, store_history=False),
+                  lambda: shell.run_cell(raw_cell, store_history=False), runs)
 
 
 def run_all(name, model, ids, runs, with_grad=True, tokenizer=None):
@@ -159,19 +173,19 @@ def run_all(name, model, ids, runs, with_grad=True, tokenizer=None):
     if with_grad:
         scenarios["(e) one block's gradient"] = (lambda: (nbgrad.trace(model, ids, GRAD_ONE), zero()),
                                                  lambda: (raw_grad_one(model, ids), zero()))
-    print(f"\n{name}  (ids {tuple(ids.shape)}, {runs} runs each, median; fixed cost = nbgrad - raw per cell; "
-          f"memory = peak tensor memory of one run, nbgrad / raw)")
+    print(f"\n{name}  (ids {tuple(ids.shape)}, {runs} runs each in alternating pairs, ratio of the medians; "
+          f"fixed cost = median of nbgrad - raw over the pairs; memory = peak tensor memory of one run, nbgrad / raw)")
     rows, memory = {}, {}
     for label, (ours, raw) in scenarios.items():
-        rows[label] = ratio(ours, raw, runs)
+        rows[label] = paired(ours, raw, runs)
         memory[label] = memory_ratio(ours, raw, ids.device.type)
     rows["(d) (a) through %%trace -q"] = magic_scenario(model, ids, runs)
     tokenizer = tokenizer or nbgrad.tokenizer_for(model)
     if tokenizer is not None:
         rows["(f) two invokes with a patch"] = invoke_scenario(model, runs, tokenizer)
-    for label, (r, ours, raw) in rows.items():
+    for label, (r, ours, raw, fixed) in rows.items():
         peak = f"   memory {memory[label]:5.3f}x" if label in memory else ""
-        print(f"  {label:34s} {r:5.3f}x   fixed {(ours - raw) * 1e6:+7.0f} us   nbgrad {ours * 1e3:7.3f} ms   "
+        print(f"  {label:34s} {r:5.3f}x   fixed {fixed * 1e6:+7.0f} us   nbgrad {ours * 1e3:7.3f} ms   "
               f"raw hooks {raw * 1e3:7.3f} ms{peak}")
     return rows
 
@@ -189,7 +203,7 @@ def embedded_setup() -> tuple:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--skip-small", action="store_true", help="only the embedded model")
     args = parser.parse_args(argv)
     embedded, tokenizer, ids = embedded_setup()
@@ -197,7 +211,7 @@ def main(argv=None) -> None:
     if not args.skip_small:
         gpt2_small = GPT2LMHeadModel(GPT2Config()).eval()
         ids_small = torch.randint(0, 50257, (1, 16))
-        run_all("GPT-2-small-shaped model (random weights)", gpt2_small, ids_small, max(30, args.runs // 2),
+        run_all("GPT-2-small-shaped model (random weights)", gpt2_small, ids_small, max(30, args.runs // 4),
                 tokenizer=tokenizer)         # the embedded tokenizer's ids are within GPT-2's vocabulary
 
 
