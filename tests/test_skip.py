@@ -59,3 +59,21 @@ def test_skip_with_a_value_from_inside_the_module_is_too_late():
                      "model.transformer.h[0].mlp.skip(model.transformer.h[0].mlp.c_fc.output[..., :32])",
                      namespace={"model": model})
     assert not [m for m in model.modules() if "forward" in vars(m)] and hook_count(model) == 0
+
+
+@pytest.mark.parametrize("part, v, given, error", [
+    ("attn", "3", "v an int", TypeError),
+    ("mlp", "(model.transformer.h[0].ln_2.output,)", "v a tuple", TypeError),
+    ("mlp", "torch.zeros(2)", "v a tensor of shape (2,)", RuntimeError),
+])
+def test_skip_with_a_value_of_the_wrong_form_says_what_v_stands_for(part, v, given, error):
+    """The model's own code fails on a `v` of the wrong form; the error keeps its message and gets a note."""
+    model = FAMILIES["gpt2"][0]()
+    module = f"model.transformer.h[0].{part}"
+    with pytest.raises(error) as caught:
+        nbgrad.trace(model, FAMILIES["gpt2"][4], f"{module}.skip({v})\nout = model.output.save()",
+                     namespace={"model": model, "torch": torch})
+    notes = "\n".join(getattr(caught.value, "__notes__", []))
+    assert f"line 1 skipped {module} with `.skip(v)`, {given}" in notes
+    assert "the form its forward returns" in notes and f"Read `{module}.output`" in notes
+    assert not [m for m in model.modules() if "forward" in vars(m)] and hook_count(model) == 0

@@ -52,10 +52,20 @@ def _after_a_replacement(error, replacement) -> str | None:
     if replacement is None or not isinstance(error, (RuntimeError, ValueError, IndexError, TypeError)):
         return None
     use, before, after = replacement
+    if use.target.endswith(".skip") and use.kind == "output" and before == "NoneType":
+        module = use.target[:-len(".skip")]
+        given = f"a tensor of shape {after}" if isinstance(after, tuple) else f"{_article(after)} {after}"
+        return (f"line {use.line} skipped {module} with `.skip(v)`, v {given}, and the model failed after that: "
+                f"v stands in for that module's output, so it must have the form its forward returns (a tensor; "
+                f"a tuple for many attention modules). Read `{module}.output` in a cell without the skip to see it")
     if before == after:
         return None
     return (f"line {use.line} replaced {use.target}.{use.kind} of shape {before} with a value of shape {after}; "
             f"the model failed after that")
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1].lower() in "aeiou" else "a"
 
 
 def shape_of(value):
