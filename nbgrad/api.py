@@ -25,12 +25,19 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
           tokenizer=None, graph: bool = False, quiet: bool = True) -> Result:
     """Run `source` (the body of a `%%trace` cell) on `model` called with `input` (None when the source
     holds `with invoke(INPUT):` blocks)."""
-    checks.trace_arguments(model, namespace)
-    program = compile_with_helpers(source, "trace", namespace)
+    # The common cell in as few Python calls as it takes: each costs microseconds, cold, between two forward
+    # passes (bench/overhead.py), so what only some cells need is asked for only by them.
+    if not isinstance(model, nn.Module) or (namespace is not None and not isinstance(namespace, dict)):
+        checks.trace_arguments(model, namespace)
+    program = compile_cell(source, "trace")
+    if program.called_names and namespace is not None:
+        program = compile_with_helpers(source, "trace", namespace)
     if graph:
         return Result(saved={}, graph=program.graph)
-    namespace = default_namespace(namespace, model)
-    model, tokenizer = model_to_trace(model, tokenizer)
+    if namespace is None:
+        namespace = default_namespace(namespace, model)
+    # A tensor INPUT needs no tokenizer: only text does (an INPUT, or an invoke's)
+    model, tokenizer = model_to_trace(model, tokenizer, wanted=bool(program.invokes) or type(input) is not torch.Tensor)
     if program.invokes:
         values = invoke_inputs(program, input, namespace)
         args, kwargs, spans = batch_invokes(values, program.invokes, model, tokenizer)

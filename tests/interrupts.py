@@ -53,7 +53,7 @@ class Injector:
 # nbgrad's set-up and clean-up: where a missed line leaves hooks, flags or names behind.
 SETUP_AND_CLEANUP = {"__init__", "_run", "_cleanup", "_write_back", "run_trace", "run_backward", "body",
                      "trace", "backward", "wrapper", "_display", "after_cell", "_enter", "_exit", "close",
-                     "_claim_model", "_release_model", "install", "restore_grad_state", "restore_namespace",
+                     "any_traces", "install", "restore_grad_state", "restore_namespace",
                      "remove_all", "replace", "_add", "acquire", "release", "register_forward_hook", "_bind",
                      "remove", "give_back_forward"}
 

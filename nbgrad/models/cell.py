@@ -20,8 +20,9 @@ def default_namespace(namespace, model):
     return namespace
 
 
-def model_to_trace(model, tokenizer=None, note: bool = True) -> tuple:
-    """(module to hook, its tokenizer): the eager module inside a `torch.compile`d one, with a one-line note."""
+def model_to_trace(model, tokenizer=None, note: bool = True, wanted: bool = True) -> tuple:
+    """(module to hook, its tokenizer): the eager module inside a `torch.compile`d one, with a one-line note.
+    Not `wanted`: the tokenizer given, None if none (a tensor INPUT is not tokenized)."""
     inner = compiled_inner(model) if type(model).__name__ == "OptimizedModule" else None
     if inner is not None:
         if note:
@@ -30,7 +31,7 @@ def model_to_trace(model, tokenizer=None, note: bool = True) -> tuple:
         tokenizer = tokenizer or loading.tokenizer_for(model)
         model = inner
     loading.remember(model)
-    return model, tokenizer if tokenizer is not None else loading.tokenizer_for(model)
+    return model, tokenizer if tokenizer is not None or not wanted else loading.tokenizer_for(model)
 
 
 def invoke_inputs(program, input, namespace: dict, magic: str = "%%trace") -> list:

@@ -27,19 +27,26 @@ INPUT_HELP = ("INPUT may be a string or a list of strings (tokenized; a list is 
 
 def call_arguments(value, model: nn.Module, tokenizer=None) -> tuple:
     """(args, kwargs) for `model(*args, **kwargs)`, tensors moved to `input_device(model)`."""
-    if type(value) is torch.Tensor and value.numel() and not value.is_floating_point():
+    if type(value) is torch.Tensor:
         # The common case of a loop of cells on the same ids, in as few calls as it takes: the same ids,
-        # unchanged, on the same model, unchanged, were checked already.
-        key, version = (id(value), id(model)), moduletree._structure_version[0]
+        # unchanged, on the same model, unchanged, were checked already (and are integer ids, not empty).
+        key = (id(value), id(model))
         checked = _checked.get(key)
-        if not (checked is not None and checked[0]() is value and checked[1] == value._version
-                and checked[2]() is model and checked[3] == version):
-            check_token_ids(value, model)
-            if len(_checked) >= _CHECKED_KEPT:
-                _checked.pop(next(iter(_checked)))
-            _checked[key] = (weakref.ref(value), value._version, weakref.ref(model), version)
-        device = input_device(model)
-        return ((value if device is None or value.device == device else value.to(device)),), {}
+        seen = (checked is not None and checked[0]() is value and checked[1] == value._version
+                and checked[2]() is model and checked[3] == moduletree._structure_version[0])
+        if seen or (value.numel() and not value.is_floating_point()):
+            if not seen:
+                check_token_ids(value, model)
+                if len(_checked) >= _CHECKED_KEPT:
+                    _checked.pop(next(iter(_checked)))
+                _checked[key] = (weakref.ref(value), value._version, weakref.ref(model),
+                                 moduletree._structure_version[0])
+            device = input_device(model)
+            return ((value if device is None or value.device == device else value.to(device)),), {}
+    return _general_arguments(value, model, tokenizer)
+
+
+def _general_arguments(value, model: nn.Module, tokenizer) -> tuple:
     if _is_image(value) or (isinstance(value, list) and value and all(map(_is_image, value))):
         value = _processed(value, model)
     args, kwargs = _arguments(value, tokenizer)

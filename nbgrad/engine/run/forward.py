@@ -89,11 +89,13 @@ class ForwardEvents:
                                         self.runtime.stopped_at)
         if self.done:
             raise OrderError(diagnose.never_ran(use, module, self.runtime.model, after_forward=True), use.line)
-        if self.hook(module, use.kind) and self.model_running:
+        # Hooked already (by `hook_targets`, or an earlier wait), the common case, costs no call
+        if (key not in self.runtime.hooks or self.cache_only) and self.hook(module, use.kind) and self.model_running:
             self.late_hooks.add(key)
         task.module = module              # the event that wakes the task is this module's
         self.requested.add(request.use)
-        return self.runtime.scheduler.park(key, task, request)
+        self.runtime.scheduler.parked.setdefault(key, []).append((task, request))     # see Scheduler.park
+        return False, None
 
     def _module(self, task, request):
         """The module a request names: the one the task was parked on, when it is being woken."""

@@ -47,27 +47,36 @@ Result.graph = property(_graph, _set_graph, doc="The hook graph of the cell (wit
 class SavedValues:
     """Every value the cell saved, by id, with the label and line it was saved at."""
 
-    def __init__(self):
+    def __init__(self, scheduler):
+        self.scheduler = scheduler       # whose current statement says which invoke a value belongs to
         self.by_id: dict = {}            # id -> (label, value, line)
         self.invoke_of: dict = {}        # id -> index of the invoke whose statement saved it
 
-    def save(self, value, line=None, label=None, invoke=None):
+    def save(self, value, line=None, label=None):
+        """`x.save()` in the cell (the runtime's `save`): keep x after it."""
         self.by_id[id(value)] = (label or f"line {line}", value, line or 0)
-        if invoke is not None:
-            self.invoke_of[id(value)] = invoke
+        current = self.scheduler.current
+        if current is not None and current.node.spec.invoke is not None:
+            self.invoke_of[id(value)] = current.node.spec.invoke
         return value
 
     def by_name(self, bound_names: frozenset, namespace: dict) -> dict:
         """Saved values in the order they were saved, under every name the cell bound them to."""
-        names = names_by_id(bound_names, namespace)
-        for name in sorted(bound_names):      # then elements: `hidden = [... .save() for ...]`
+        names: dict = {}                 # id(value) -> every name the cell bound it to, alphabetically
+        containers = []
+        for name in sorted(bound_names):
             value = namespace.get(name, _MISSING)
-            if isinstance(value, (list, tuple)):
-                for index, element in enumerate(value):
-                    names.setdefault(id(element), [f"{name}[{index}]"])
-            elif isinstance(value, dict):
+            if value is not _MISSING:
+                names.setdefault(id(value), []).append(name)
+                if isinstance(value, (list, tuple, dict)):
+                    containers.append((name, value))
+        for name, value in containers:      # then elements: `hidden = [... .save() for ...]`
+            if isinstance(value, dict):
                 for key, element in value.items():
                     names.setdefault(id(element), [f"{name}[{key!r}]"])
+            else:
+                for index, element in enumerate(value):
+                    names.setdefault(id(element), [f"{name}[{index}]"])
         in_source_order = list(self.by_id.items())
         if len(in_source_order) > 1:
             in_source_order.sort(key=lambda item: item[1][2])

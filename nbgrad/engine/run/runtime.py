@@ -11,6 +11,7 @@ resumed when what it waits for exists, every hook removed and every flag restore
 from __future__ import annotations
 
 import threading
+from threading import get_ident
 
 import torch
 from torch import nn
@@ -68,10 +69,11 @@ class Runtime:
         self.no_grad = no_grad
         self.shapes: dict = {}           # event key -> shape, for the sidebar
         self.hooks = HookSet()
-        self.saved = SavedValues()
         self.forward = ForwardEvents(self)
         self.gradients = GradientEvents(self)
         self.scheduler = Scheduler(program, namespace, self.gradients.pass_state)
+        self.saved = SavedValues(self.scheduler)
+        self.save = self.saved.save      # `x.save()` in the cell: one call, not two
         self.scheduler.handlers = {Read: self.forward.read, Write: self.forward.write,
                                    GradRead: self.gradients.read, GradWrite: self.gradients.write,
                                    Backward: self.gradients.backward}
@@ -80,11 +82,6 @@ class Runtime:
         self.stopped_at = None           # the line of the `stop()` that ended the model run
         self.stepping = False            # one step of a generation (see open_step)
         self._exited = False
-
-    def save(self, value, line=None, label=None):
-        """`x.save()` in the cell: keep x after it."""
-        current = self.scheduler.current
-        return self.saved.save(value, line, label, current.node.spec.invoke if current is not None else None)
 
     def cache(self, line, *args, **kwargs):
         """`cache(...)` in the cell (see caching.py)."""
@@ -179,9 +176,14 @@ class Runtime:
         return for_the_cell(error)
 
     def _enter(self) -> None:
-        self._claim_model()
+        model = self.model
+        # One model, one trace at a time: two threads tracing it would mix their edits and values. No lock:
+        # `setdefault` is atomic, and a lock's `with` can be cut by an interrupt before it releases.
+        if model is not None and _tracing.setdefault(id(model), me := get_ident()) != me:
+            raise NbgradError(f"{type(model).__name__} is being traced by another thread right now: nbgrad runs "
+                              f"one trace of a model at a time. Wait for it, or trace a copy")
         runtimes = _local.runtimes
-        self.state = CellState(self.program, self.ns, self.model, runtimes)
+        self.state = CellState(self.program, self.ns, model, runtimes)
         runtimes.append(self)
         self.state.install(self)
 
@@ -190,14 +192,21 @@ class Runtime:
         if self._exited:
             return
         self.hooks.remove_all()
-        self.scheduler.close()
-        if self.state is not None:
-            self.state.restore_grad_state()
-            self.state.restore_namespace(self.saved.by_id.keys())
+        scheduler, state = self.scheduler, self.state
+        if scheduler.tasks or scheduler.parked or scheduler.unstarted:
+            scheduler.close()
+        if state is not None:
+            if state.columns is not None or torch.is_grad_enabled() != state.grad_mode:
+                state.restore_grad_state()
+            state.restore_namespace(self.saved.by_id)
         runtimes = _local.runtimes
         if self in runtimes:
             runtimes.remove(self)
-        self._release_model()
+        model = self.model
+        # The model is given back unless a run of this thread that this one is nested in still traces it
+        if model is not None and (not runtimes or not any_traces(runtimes, model)) \
+                and _tracing.get(id(model)) == get_ident():
+            _tracing.pop(id(model), None)
         for store in (self.forward.values, self.gradients.grads, self.gradients.sources, self.gradients.hooked,
                       self.forward.sinks, self.forward.early_sinks, self.recorders):
             store.clear()
@@ -208,27 +217,6 @@ class Runtime:
         # the cell lets go of them, not at a garbage-collector pass.
         self.scheduler.handlers = {}
         self.forward.runtime = self.gradients.runtime = None
-
-    def _claim_model(self) -> None:
-        """One model, one trace at a time: two threads tracing it would mix their edits and values. No lock:
-        `setdefault` is atomic, and a lock's `with` can be cut by an interrupt before it releases."""
-        if self.model is None:
-            return
-        me = threading.get_ident()
-        if _tracing.setdefault(id(self.model), me) != me:
-            raise NbgradError(f"{type(self.model).__name__} is being traced by another thread right now: "
-                              f"nbgrad runs one trace of a model at a time. Wait for it, or trace a copy")
-
-    def _release_model(self) -> None:
-        """Give the model back unless a run of this thread that this one is nested in still traces it (runs
-        after `self` left the active list; idempotent)."""
-        if self.model is None:
-            return
-        for run in _local.runtimes:
-            if run.model is self.model:
-                return
-        if _tracing.get(id(self.model)) == threading.get_ident():
-            _tracing.pop(id(self.model), None)
 
     def _forward_done(self) -> None:
         """The model's forward call has returned: start what waited for that."""
@@ -265,6 +253,13 @@ class Runtime:
                       grad_pairs=grad_pairs(saved, sources, bound, self.ns) if sources else {},
                       saved_invokes={name: invoke_of[id(v)] for name, v in saved.items() if id(v) in invoke_of}
                       if invoke_of else {})
+
+
+def any_traces(runtimes: list, model) -> bool:
+    for run in runtimes:
+        if run.model is model:
+            return True
+    return False
 
 
 def run_graph(program: Program, timeline: list, failed) -> HookGraph:
