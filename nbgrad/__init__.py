@@ -1,6 +1,6 @@
 """nbgrad: see and change activations and gradients inside PyTorch models, from a notebook."""
-from .api import backward, run_with_cache, save, show
-from .datasets import trace
+from .api import backward, run_with_cache, save, show, trace
+from . import datasets  # noqa: F401  (puts the runner of `over=DATASET` into api.trace)
 from .attribution import Attribution, attribute, attribution_patching
 from .errors import GradError, InputError, ModulePathError, NbgradError, OrderError
 from .generation import GenerationResult, generate

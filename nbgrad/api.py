@@ -21,10 +21,20 @@ from .models.inputs import call_arguments, input_ids_of
 _MISSING = object()
 
 
+# `nbgrad.trace(..., over=DATASET)`: nbgrad.datasets, which sits on top of this module, puts its runner here
+dataset_runner: list = []
+
+
 def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *, no_grad: bool = False,
-          tokenizer=None, graph: bool = False, quiet: bool = True) -> Result:
+          tokenizer=None, graph: bool = False, quiet: bool = True, over=None, batch_size: int = 8, out=None,
+          engine: str = "local", workers: int | None = None, column: str | None = None,
+          model_factory=None, progress: bool = True) -> Result:
     """Run `source` (the body of a `%%trace` cell) on `model` called with `input` (None when the source
-    holds `with invoke(INPUT):` blocks)."""
+    holds `with invoke(INPUT):` blocks); with `over=DATASET`, once per example (`nbgrad.datasets`)."""
+    if over is not None:
+        return dataset_runner[0](model, input, source, namespace, over=over, batch_size=batch_size, out=out,
+                                 engine=engine, workers=workers, column=column, model_factory=model_factory,
+                                 no_grad=no_grad, tokenizer=tokenizer, graph=graph, quiet=quiet, progress=progress)
     # The common cell in as few Python calls as it takes: each costs microseconds, cold, between two forward
     # passes (bench/overhead.py), so what only some cells need is asked for only by them.
     if not isinstance(model, nn.Module) or (namespace is not None and not isinstance(namespace, dict)):

@@ -10,8 +10,8 @@ from .run import trace_over
 def trace(model, input, source: str, namespace: dict | None = None, *, over=None, batch_size: int = 8,
           out=None, engine: str = "local", workers: int | None = None, column: str | None = None,
           model_factory=None, **options):
-    """`nbgrad.trace`: with `over=DATASET` the source runs once per example (`trace_over`); without, one
-    run on `input` (`api.trace`)."""
+    """`nbgrad.trace(..., over=DATASET)` (api.trace calls it): the source runs once per example
+    (`trace_over`); without `over`, one run on `input` (`api.trace`)."""
     __tracebackhide__ = True
     if over is None:
         return api.trace(model, input, source, namespace, **options)
@@ -24,5 +24,7 @@ def trace(model, input, source: str, namespace: dict | None = None, *, over=None
     return trace_over(model, source, namespace, over, batch_size=batch_size, out=out, engine=engine,
                       workers=workers, column=column, model_factory=model_factory, **options)
 
+
+api.dataset_runner[:] = [trace]
 
 __all__ = ["trace", "trace_over"]

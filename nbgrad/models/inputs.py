@@ -13,11 +13,17 @@ from ..errors import InputError
 from .limits import check_token_ids, input_embeddings
 from .loading import processor_for
 
-# (id(ids), id(model)) -> (ids, their version, model, structure version) of the last few id tensors whose
-# check passed, held weakly: a loop of cells on the same ids checks them once.
+# (id(ids), id(model)) -> (ids, their version, model, structure version, input embeddings) of the last few
+# id tensors whose check passed, held weakly: a loop of cells on the same ids checks them once.
 _checked: dict = {}
 _CHECKED_KEPT = 8
 _META = torch.device("meta")
+_LOOK_UP = object()
+
+
+def _no_embeddings():
+    return None
+
 
 INPUT_HELP = ("INPUT may be a string or a list of strings (tokenized; a list is one padded batch), "
               "a PIL image or a list of them (through the model's image processor), "
@@ -39,9 +45,12 @@ def call_arguments(value, model: nn.Module, tokenizer=None) -> tuple:
                 check_token_ids(value, model)
                 if len(_checked) >= _CHECKED_KEPT:
                     _checked.pop(next(iter(_checked)))
-                _checked[key] = (weakref.ref(value), value._version, weakref.ref(model),
-                                 moduletree._structure_version[0])
-            device = input_device(model)
+                # with the embeddings (weakly), which stay while the structure does (as in input_embeddings)
+                embeddings = input_embeddings(model)
+                checked = _checked[key] = (weakref.ref(value), value._version, weakref.ref(model),
+                                           moduletree._structure_version[0],
+                                           _no_embeddings if embeddings is None else weakref.ref(embeddings))
+            device = input_device(model, checked[4]())
             return ((value if device is None or value.device == device else value.to(device)),), {}
     return _general_arguments(value, model, tokenizer)
 
@@ -113,12 +122,14 @@ def input_ids_of(args: tuple, kwargs: dict):
     return ids if isinstance(ids, torch.Tensor) and not ids.is_floating_point() else None
 
 
-def input_device(model: nn.Module):
-    """Where the model's inputs belong: the device its input embeddings run on, never `meta`.
+def input_device(model: nn.Module, embeddings=_LOOK_UP):
+    """Where the model's inputs belong: the device its input `embeddings` run on (looked up unless given),
+    never `meta`.
 
     With accelerate's placement (`device_map`, CPU / disk offload) a module's weights may sit on `meta`
     or the CPU while it runs elsewhere; its hook's execution device says where. None: leave inputs."""
-    embeddings = input_embeddings(model)
+    if embeddings is _LOOK_UP:
+        embeddings = input_embeddings(model)
     if embeddings is not None and "_hf_hook" not in vars(embeddings) and "_hf_hook" not in vars(model):
         weight = embeddings._parameters.get("weight")      # the common case, first: this runs before every cell
         if weight is not None:

@@ -93,7 +93,10 @@ def _holds_unsaved(value, saved_ids, depth: int = 0) -> bool:
     if depth > 2 or isinstance(value, (str, bytes, nn.Module)):
         return False
     if isinstance(value, dict):
-        return any(_holds_unsaved(v, saved_ids, depth + 1) for v in value.values())
-    if isinstance(value, (list, tuple, set)):
-        return any(_holds_unsaved(v, saved_ids, depth + 1) for v in value)
+        value = value.values()
+    elif not isinstance(value, (list, tuple, set)):
+        return False
+    for element in value:       # a loop, not any(...): a list of saved values costs no call per element
+        if id(element) not in saved_ids and _holds_unsaved(element, saved_ids, depth + 1):
+            return True
     return False

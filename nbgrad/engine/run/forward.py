@@ -19,6 +19,8 @@ from .skips import SkipGate, skipped_around
 HOOKABLE = (nn.Module, Site, SkipGate)   # what has events: a module, a site inside a forward, a skip
 # What a loop over modules may take its elements from (never a tensor, whose rows are not modules)
 LISTINGS = (list, tuple, nn.ModuleList, nn.Sequential, Iterator, MappingView)
+# What finding a module along a statement's path may raise, for a step that is not in the model
+PATH_ERRORS = (SiteError, NoSourceError, AttributeError, IndexError, KeyError, TypeError)
 
 
 class ForwardEvents:
@@ -45,7 +47,12 @@ class ForwardEvents:
     def read(self, task, request):
         module = task.module        # the module it was parked on, when it is being woken (as in _module)
         if module is None:
-            module = self.resolve(request.module, request.use)
+            try:                    # `resolve`, written out: this runs for every module a statement reads
+                module = request.module()
+            except PATH_ERRORS as error:
+                raise self.path_error(error, request.use)
+            if type(module).__name__ == "OptimizedModule":
+                module = compiled_inner(module) or module
         else:
             task.module = None
         use = self.uses[request.use]
@@ -63,7 +70,13 @@ class ForwardEvents:
             if use.row_zero:
                 hints.note_row_zero(use, value)
             return True, value
-        return self._wait_for(module, key, task, request, use)
+        if self.done or self.cache_only or key not in self.runtime.hooks:
+            return self._wait_for(module, key, task, request, use)
+        # The common wait, hooked and still to come, written out (as at the end of `_wait_for`): no call
+        task.module = module
+        self.requested.add(request.use)
+        self.runtime.scheduler.parked.setdefault(key, []).append((task, request))
+        return False, None
 
     def write(self, task, request):
         module = self._module(task, request)
@@ -89,13 +102,11 @@ class ForwardEvents:
                                         self.runtime.stopped_at)
         if self.done:
             raise OrderError(diagnose.never_ran(use, module, self.runtime.model, after_forward=True), use.line)
-        # Hooked already (by `hook_targets`, or an earlier wait), the common case, costs no call
-        if (key not in self.runtime.hooks or self.cache_only) and self.hook(module, use.kind) and self.model_running:
+        if self.hook(module, use.kind) and self.model_running:
             self.late_hooks.add(key)
         task.module = module              # the event that wakes the task is this module's
         self.requested.add(request.use)
-        self.runtime.scheduler.parked.setdefault(key, []).append((task, request))     # see Scheduler.park
-        return False, None
+        return self.runtime.scheduler.park(key, task, request)
 
     def _module(self, task, request):
         """The module a request names: the one the task was parked on, when it is being woken."""
@@ -109,13 +120,22 @@ class ForwardEvents:
         """The module a request names, or an error that says which step of its path is not in the model."""
         try:
             module = thunk()
-        except (SiteError, NoSourceError) as error:     # `M.source.NAME`: the message, with the cell's line
-            raise type(error)(error.detail, error.line or self.uses[use_id].line) from None
-        except (AttributeError, IndexError, KeyError, TypeError) as error:
-            raise diagnose.module_path_error(self.uses[use_id], self.runtime.ns, error) from error
+        except PATH_ERRORS as error:
+            raise self.path_error(error, use_id)
         if type(module).__name__ == "OptimizedModule":     # `model.output` of a torch.compile'd model
             return compiled_inner(module) or module
         return module
+
+    def path_error(self, error: Exception, use_id) -> Exception:
+        """What to raise when finding a request's module raised `error` (one of PATH_ERRORS): an error that
+        says which step of its path is not in the model, or for `M.source.NAME`, the message with the line."""
+        if isinstance(error, (SiteError, NoSourceError)):
+            found = type(error)(error.detail, error.line or self.uses[use_id].line)
+            found.__suppress_context__ = True
+            return found
+        found = diagnose.module_path_error(self.uses[use_id], self.runtime.ns, error)
+        found.__cause__ = error
+        return found
 
     def never_came(self, request) -> OrderError:
         """The error for a statement still waiting on this event when the cell ends."""
@@ -245,8 +265,12 @@ def elements(container) -> list:
     yields, with the module taken out of each `(name, module)` pair (never the rows of a tensor)."""
     if isinstance(container, (dict, nn.ModuleDict)):
         return list(container.values())
-    if isinstance(container, LISTINGS):
-        items = list(container)
-    else:
+    if not isinstance(container, LISTINGS):
         return []
-    return [part for item in items for part in (item if type(item) is tuple else (item,))]
+    parts = []                  # a loop, not a comprehension: one call less, before every loop cell
+    for item in container:
+        if type(item) is tuple:
+            parts.extend(item)
+        else:
+            parts.append(item)
+    return parts

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 _MISSING = object()
 
 
-@dataclass
+@dataclass(init=False)
 class Result:
     """What a cell leaves behind: saved values by name, the hook graph, shapes of what was traced."""
     saved: dict
@@ -18,6 +18,20 @@ class Result:
     input_ids: object = None
     invokes: list = field(default_factory=list)      # the INPUT of each `with invoke(...)` block
     saved_invokes: dict = field(default_factory=dict)  # saved name -> index of the invoke that saved it
+
+    def __init__(self, saved: dict, graph, shapes=None, leaf_grads=None, accumulated=None, grad_pairs=None,
+                 input_ids=None, invokes=None, saved_invokes=None):
+        # Written out rather than generated: the graph goes in without the property's call, and the empty
+        # containers without default factories; every cell returns one
+        self.saved = saved
+        self.__dict__["_graph"] = graph
+        self.shapes = {} if shapes is None else shapes
+        self.leaf_grads = {} if leaf_grads is None else leaf_grads
+        self.accumulated = set() if accumulated is None else accumulated
+        self.grad_pairs = {} if grad_pairs is None else grad_pairs
+        self.input_ids = input_ids
+        self.invokes = [] if invokes is None else invokes
+        self.saved_invokes = {} if saved_invokes is None else saved_invokes
 
     def __getitem__(self, name):
         return self.saved[name]
@@ -78,8 +92,12 @@ class SavedValues:
                 for index, element in enumerate(value):
                     names.setdefault(id(element), [f"{name}[{index}]"])
         in_source_order = list(self.by_id.items())
-        if len(in_source_order) > 1:
-            in_source_order.sort(key=lambda item: item[1][2])
+        previous = 0
+        for _, (_, _, line) in in_source_order:     # saved in source order already, the common case: no sort
+            if line < previous:
+                in_source_order.sort(key=lambda item: item[1][2])
+                break
+            previous = line
         named = {}
         for value_id, (label, value, _) in in_source_order:
             for name in names.get(value_id, [label]):
@@ -103,7 +121,9 @@ def grad_pairs(saved: dict, grad_sources: dict, bound_names: frozenset, namespac
     """Which saved values are gradients, and the name of the tensor each flowed into."""
     if not grad_sources:
         return {}
-    names = {id(value): name for name, value in saved.items()}
+    names = {}
+    for name, value in saved.items():
+        names[id(value)] = name
     for value_id, bound in names_by_id(bound_names, namespace).items():
         names.setdefault(value_id, bound[0])
     pairs = {}

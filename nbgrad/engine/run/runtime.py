@@ -57,6 +57,7 @@ class Runtime:
     nothing outside it: everything the run touches is taken and given back inside `_run`."""
     # The request types compiled code builds, as `__nbgrad__.Read(...)`.
     Read, Write, GradRead, GradWrite, Backward = Read, Write, GradRead, GradWrite, Backward
+    thread_runtimes = None                   # the runtimes list of the thread that entered this run
     source_of = staticmethod(source_of)      # `M.source` in the cell (compile/siteaccess.py)
     skip_of = staticmethod(skip_of)          # `M.skip(v)` in the cell
 
@@ -182,7 +183,7 @@ class Runtime:
         if model is not None and _tracing.setdefault(id(model), me := get_ident()) != me:
             raise NbgradError(f"{type(model).__name__} is being traced by another thread right now: nbgrad runs "
                               f"one trace of a model at a time. Wait for it, or trace a copy")
-        runtimes = _local.runtimes
+        runtimes = self.thread_runtimes = _local.runtimes     # read once: a thread-local costs us cold
         self.state = CellState(self.program, self.ns, model, runtimes)
         runtimes.append(self)
         self.state.install(self)
@@ -199,7 +200,7 @@ class Runtime:
             if state.columns is not None or torch.is_grad_enabled() != state.grad_mode:
                 state.restore_grad_state()
             state.restore_namespace(self.saved.by_id)
-        runtimes = _local.runtimes
+        runtimes = self.thread_runtimes if self.thread_runtimes is not None else _local.runtimes
         if self in runtimes:
             runtimes.remove(self)
         model = self.model
@@ -249,10 +250,10 @@ class Runtime:
         # traces that reads values only never pays for it. Holds the program and timeline, not the runtime.
         graph = Later((run_graph, self.program, self.scheduler.timeline, self.scheduler.failed))
         sources = self.gradients.sources
-        return Result(saved=saved, graph=graph, shapes=self.shapes,
-                      grad_pairs=grad_pairs(saved, sources, bound, self.ns) if sources else {},
+        return Result(saved, graph, self.shapes,
+                      grad_pairs=grad_pairs(saved, sources, bound, self.ns) if sources else None,
                       saved_invokes={name: invoke_of[id(v)] for name, v in saved.items() if id(v) in invoke_of}
-                      if invoke_of else {})
+                      if invoke_of else None)
 
 
 def any_traces(runtimes: list, model) -> bool:
