@@ -1,6 +1,8 @@
 """Gradient events: backward passes the cell starts, and the gradients that flow into its tensors."""
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import nn
 
@@ -128,7 +130,8 @@ class GradientEvents:
             self.running.pop()
             self.pass_state[pass_index] = "done"
             scheduler.phase = outer_phase
-        self._check_pass_delivered(pass_index)
+        if scheduler.parked:
+            self._check_pass_delivered(pass_index)
         if scheduler.unstarted:
             scheduler.start_ready()
         return True, None
@@ -153,7 +156,8 @@ class GradientEvents:
     def _hook_pass_targets(self, pass_index: int) -> None:
         """Hook every `T.grad` of this pass whose T already exists, before any gradient arrives, so
         statements may read gradients in any order."""
-        self._rehook_edited()
+        if self.hooked:
+            self._rehook_edited()
         for recorder in self.runtime.recorders:      # cache(..., grads=True): each cached output, at each pass
             recorder.hook_grads()
         values = self.runtime.forward.values
@@ -177,7 +181,9 @@ class GradientEvents:
         if id(tensor) in self.runtime.hooks:
             return False
         self.hooked[id(tensor)] = (tensor, tensor._version)
-        return self.runtime.hooks.add(id(tensor), self._register(tensor))
+        # Registered here, not through HookSet.add and a closure: every gradient a cell reads is hooked so
+        self.runtime.hooks[id(tensor)] = register_grad_hook(tensor, partial(self._on_grad, id(tensor)))
+        return True
 
     def _rehook_edited(self) -> None:
         """As a pass starts: a tensor edited in place since it was hooked is hooked again, so that its
@@ -186,15 +192,8 @@ class GradientEvents:
         for tensor_id, (tensor, version) in list(self.hooked.items()):
             if tensor._version != version:
                 self.hooked[tensor_id] = (tensor, tensor._version)
-                self.runtime.hooks.replace(tensor_id, self._register(tensor))
-
-    def _register(self, tensor: torch.Tensor):
-        tensor_id = id(tensor)
-
-        def on_grad(grad):
-            return self._on_grad(tensor_id, grad)
-
-        return lambda: register_grad_hook(tensor, on_grad)
+                self.runtime.hooks.replace(tensor_id, partial(register_grad_hook, tensor,
+                                                              partial(self._on_grad, tensor_id)))
 
     def _on_grad(self, tensor_id, grad):
         if not self.running or self.runtime.scheduler.in_statement:
