@@ -11,6 +11,7 @@ runtime answers it (with the value read, or None) when the event exists:
     x.save()            -> __nbgrad__.save(x, line, label)
 
 `use` is an index into `Program.uses` (the EventUse: kind, target text, cell line, write or read).
+Each request is written here as `Kind(...)`; the code makes it as `__nbgrad__.new(__nbgrad__.Kind, (...))`.
 """
 from __future__ import annotations
 
@@ -101,4 +102,11 @@ class Program:
     calls_nothing: bool = False   # the cell cannot change requires_grad flags (cellast.calls_nothing)
     called_names: frozenset = field(default_factory=frozenset)   # names the cell calls but does not bind
     helper_globals: frozenset = field(default_factory=frozenset)  # names its helpers from earlier cells read
+    # The uses of all forward targets when each is a plain path, else None: once statements wait on all of
+    # them, their modules are hooked and hooking the targets has nothing left to do (the one-read cell)
+    plain_target_uses: frozenset | None = field(init=False, default=None)
+
+    def __post_init__(self):
+        if all(target.uses for target in self.forward_targets):
+            self.plain_target_uses = frozenset().union(*(target.uses for target in self.forward_targets))
 

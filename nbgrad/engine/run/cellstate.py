@@ -38,10 +38,6 @@ class CellState:
         # A runtime slot left by a run that is no longer active (a process killed mid-cell) is not restored.
         self.outer_runtime = outer if outer is not _MISSING and any(outer is run for run in active) else _MISSING
 
-    def install(self, runtime) -> None:
-        self.namespace[RUNTIME_NAME] = runtime
-        self.namespace.setdefault("__builtins__", __builtins__)
-
     def restore_grad_state(self) -> None:
         if torch.is_grad_enabled() != self.grad_mode:
             torch.set_grad_enabled(self.grad_mode)

@@ -1,4 +1,6 @@
-"""The one place that registers a hook or removes one: every handle of a run, removed together."""
+"""Every hook handle of a run, removed together: the one place that removes one. The hot paths (a module's
+output, a tensor's gradient) register theirs in place and store the handle here, without HookSet.add's
+two calls; the rest register through `add` and `replace`."""
 from __future__ import annotations
 
 from typing import Callable, Hashable

@@ -23,7 +23,7 @@ from .forward import ForwardEvents
 from ..compile.graph import HookGraph, Run
 from .gradients import GradientEvents
 from .hookset import HookSet
-from ..compile.program import Backward, GradRead, GradWrite, Program, Read, Write
+from ..compile.program import RUNTIME_NAME, Backward, GradRead, GradWrite, Program, Read, Write
 from .result import Later, Result, SavedValues, grad_pairs
 from .scheduler import AFTER_FORWARD, FORWARD, Scheduler
 from .caching import start_cache
@@ -55,8 +55,9 @@ def active_runtime():
 class Runtime:
     """One run of one cell. Create, call `run_trace` or `run_backward`, discard. Creating one changes
     nothing outside it: everything the run touches is taken and given back inside `_run`."""
-    # The request types compiled code builds, as `__nbgrad__.Read(...)`.
+    # The request types compiled code builds, as `__nbgrad__.new(__nbgrad__.Read, (...))` (compile/rewrite.py)
     Read, Write, GradRead, GradWrite, Backward = Read, Write, GradRead, GradWrite, Backward
+    new = tuple.__new__
     thread_runtimes = None                   # the runtimes list of the thread that entered this run
     source_of = staticmethod(source_of)      # `M.source` in the cell (compile/siteaccess.py)
     skip_of = staticmethod(skip_of)          # `M.skip(v)` in the cell
@@ -96,15 +97,19 @@ class Runtime:
 
     def run_trace(self, call_args: tuple, call_kwargs: dict) -> Result:
         def body():
-            self.scheduler.start_ready()
-            self.forward.hook_targets(self.program.forward_targets, self.ns)
-            self.forward.model_running, self.scheduler.phase = True, FORWARD
+            forward, scheduler, plain = self.forward, self.scheduler, self.program.plain_target_uses
+            scheduler.start_ready()
+            if plain is None or not plain <= forward.requested:
+                forward.hook_targets(self.program.forward_targets, self.ns)
+            forward.model_running, scheduler.phase = True, FORWARD
             try:
                 if self.stopped_at is None:      # a stop() before the model ran: it does not run at all
                     self.model(*call_args, **call_kwargs)
             except StopRun:
                 pass
-            self._forward_done()
+            forward.model_running, forward.done, scheduler.phase = False, True, AFTER_FORWARD   # _forward_done
+            if scheduler.unstarted:
+                scheduler.start_ready()
         return self._run(body)
 
     def run_backward(self, loss, grad_output=None, retain_graph=False, create_graph=False) -> Result:
@@ -186,7 +191,9 @@ class Runtime:
         runtimes = self.thread_runtimes = _local.runtimes     # read once: a thread-local costs us cold
         self.state = CellState(self.program, self.ns, model, runtimes)
         runtimes.append(self)
-        self.state.install(self)
+        self.ns[RUNTIME_NAME] = self        # the state's install, written out (given back by restore_namespace)
+        if "__builtins__" not in self.ns:
+            self.ns["__builtins__"] = __builtins__
 
     def _exit(self) -> None:
         """Give everything back: hooks first (nothing of ours may fire again), then the rest."""
