@@ -105,8 +105,11 @@ class Program:
     # The uses of all forward targets when each is a plain path, else None: once statements wait on all of
     # them, their modules are hooked and hooking the targets has nothing left to do (the one-read cell)
     plain_target_uses: frozenset | None = field(init=False, default=None)
+    # The cell reads or writes a `.grad` or starts a backward pass: its runs need gradient events
+    has_gradients: bool = field(init=False, default=False)
 
     def __post_init__(self):
+        self.has_gradients = bool(self.graph.passes) or any(use.kind == "grad" for use in self.uses)
         if all(target.uses for target in self.forward_targets):
             self.plain_target_uses = frozenset().union(*(target.uses for target in self.forward_targets))
 

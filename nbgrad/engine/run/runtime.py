@@ -72,18 +72,31 @@ class Runtime:
         self.shapes: dict = {}           # event key -> shape, for the sidebar
         self.hooks = HookSet()
         self.forward = ForwardEvents(self)
-        self.gradients = GradientEvents(self)
-        self.scheduler = Scheduler(program, namespace, self.gradients.pass_state)
+        self.scheduler = Scheduler(program, namespace, [])
         self.saved = SavedValues(self.scheduler)
         self.save = self.saved.save      # `x.save()` in the cell: one call, not two
-        self.scheduler.handlers = {Read: self.forward.read, Write: self.forward.write,
-                                   GradRead: self.gradients.read, GradWrite: self.gradients.write,
-                                   Backward: self.gradients.backward}
+        self.scheduler.handlers = {Read: self.forward.read, Write: self.forward.write}
+        if program.has_gradients:
+            self._gradient_events()
         self.state = None                # CellState, once the run has taken its snapshot
         self.recorders: list = []        # the cell's cache(..., grads=True) recorders, hooked at each pass
         self.stopped_at = None           # the line of the `stop()` that ended the model run
         self.stepping = False            # one step of a generation (see open_step)
         self._exited = False
+
+    def _gradient_events(self) -> GradientEvents:
+        """`self.gradients`: made with the run when the cell reads a `.grad` or starts a backward pass, else on
+        first use (`cache(..., grads=True)`, `%%backward`), so that a forward-only cell never pays for it."""
+        gradients = self.gradients = GradientEvents(self)
+        self.scheduler.pass_state = gradients.pass_state
+        self.scheduler.handlers.update({GradRead: gradients.read, GradWrite: gradients.write,
+                                        Backward: gradients.backward})
+        return gradients
+
+    def __getattr__(self, name):         # only for a name not set: `gradients` before its first use
+        if name != "gradients" or self.__dict__.get("_exited", True):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return self._gradient_events()
 
     def cache(self, line, *args, **kwargs):
         """`cache(...)` in the cell (see caching.py)."""
@@ -215,16 +228,20 @@ class Runtime:
         if model is not None and (not runtimes or not any_traces(runtimes, model)) \
                 and _tracing.get(id(model)) == get_ident():
             _tracing.pop(id(model), None)
-        for store in (self.forward.values, self.gradients.grads, self.gradients.sources, self.gradients.hooked,
-                      self.forward.sinks, self.forward.early_sinks, self.recorders):
+        gradients = self.__dict__.get("gradients")      # not made here if the run never needed it
+        for store in (self.forward.values, self.forward.sinks, self.forward.early_sinks, self.recorders):
             store.clear()
+        if gradients is not None:
+            for store in (gradients.grads, gradients.sources, gradients.hooked):
+                store.clear()
+            gradients.runtime = None
         if self.rows is not None:
             self.rows.clear()
         self._exited = True
         # No cycle left (runtime <-> its parts): the run, and what it held, go by reference counting the moment
         # the cell lets go of them, not at a garbage-collector pass.
         self.scheduler.handlers = {}
-        self.forward.runtime = self.gradients.runtime = None
+        self.forward.runtime = None
 
     def _forward_done(self) -> None:
         """The model's forward call has returned: start what waited for that."""
@@ -256,7 +273,8 @@ class Runtime:
         # The picture is drawn from the timeline only when someone looks (a panel, `result.graph`): a loop of
         # traces that reads values only never pays for it. Holds the program and timeline, not the runtime.
         graph = Later((run_graph, self.program, self.scheduler.timeline, self.scheduler.failed))
-        sources = self.gradients.sources
+        gradients = self.__dict__.get("gradients")
+        sources = gradients.sources if gradients is not None else None
         return Result(saved, graph, self.shapes,
                       grad_pairs=grad_pairs(saved, sources, bound, self.ns) if sources else None,
                       saved_invokes={name: invoke_of[id(v)] for name, v in saved.items() if id(v) in invoke_of}
