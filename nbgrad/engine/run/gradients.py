@@ -181,7 +181,7 @@ class GradientEvents:
         if id(tensor) in self.runtime.hooks:
             return False
         self.hooked[id(tensor)] = (tensor, tensor._version)
-        # Registered here, not through HookSet.add and a closure: every gradient a cell reads is hooked so
+        # Registered here, not through HookSet.add and a closure: this runs for every gradient a cell reads
         self.runtime.hooks[id(tensor)] = register_grad_hook(tensor, partial(self._on_grad, id(tensor)))
         return True
 

@@ -225,8 +225,8 @@ class Runtime:
             runtimes.remove(self)
         model = self.model
         # The model is given back unless a run of this thread that this one is nested in still traces it
-        if model is not None and (not runtimes or not any_traces(runtimes, model)) \
-                and _tracing.get(id(model)) == get_ident():
+        if (model is not None and (not runtimes or not any_traces(runtimes, model))
+                and _tracing.get(id(model)) == get_ident()):
             _tracing.pop(id(model), None)
         gradients = self.__dict__.get("gradients")      # not made here if the run never needed it
         for store in (self.forward.values, self.forward.sinks, self.forward.early_sinks, self.recorders):
@@ -282,6 +282,7 @@ class Runtime:
 
 
 def any_traces(runtimes: list, model) -> bool:
+    """Does one of these runs trace `model`? (A loop, not any(...): no generator's call.)"""
     for run in runtimes:
         if run.model is model:
             return True
