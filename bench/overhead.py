@@ -151,7 +151,8 @@ def magic_scenario(model, ids, runs: int) -> tuple:
     """(d): `%%trace -q` in an IPython shell vs a cell doing the same with raw hooks."""
     from IPython.core.interactiveshell import InteractiveShell
     shell = InteractiveShell.instance()
-    shell.run_cell("%load_ext nbgrad")
+    if "nbgrad" not in shell.extension_manager.loaded:      # the second model's run reuses the shell
+        shell.run_cell("%load_ext nbgrad")
     shell.user_ns.update(model=model, ids=ids, raw_save_one=raw_save_one)
     magic_cell = f"%%trace model ids -q\n{SAVE_ONE}"
     raw_cell = ("kept = {}\nhandle = model.transformer.h[-1].register_forward_hook("
