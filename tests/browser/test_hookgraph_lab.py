@@ -91,6 +91,24 @@ def _check_invoke_panel(cell, tag: str) -> None:
     panel.screenshot(path=str(screenshot_path(f"lab-invoke-graph-tab{tag}")))
 
 
+def _check_not_shrunk_in_a_narrow_window(page) -> None:
+    """In a window narrower than the `--graph` picture, the picture keeps its own size and its output
+    scrolls sideways: a person reads it at full size instead of squinting at a shrunk one."""
+    size = page.viewport_size
+    page.set_viewport_size({"width": 800, "height": size["height"]})
+    try:
+        compiled = page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".jp-OutputArea-output img").first
+        compiled.scroll_into_view_if_needed()
+        page.wait_for_function("i => i.getBoundingClientRect().right > window.innerWidth",
+                               arg=compiled.element_handle(), timeout=30_000)
+        assert compiled.evaluate("i => i.clientWidth === i.naturalWidth"), "the picture was shrunk to the window"
+        output = compiled.locator("xpath=ancestor::*[contains(@class, 'jp-OutputArea-output')][1]")
+        assert output.evaluate("o => o.scrollWidth > o.clientWidth && getComputedStyle(o).overflowX !== 'hidden'")
+        screenshot(page, "lab-hookgraph-narrow-window")
+    finally:
+        page.set_viewport_size(size)
+
+
 def screenshot_path(name: str):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     return ARTIFACTS / f"{name}.png"
@@ -103,6 +121,7 @@ def test_graph_option_and_graph_tab_survive_a_saved_notebook(lab, lab_root, page
     run_all_cells(page)
     _check_pictures(page, "")
     screenshot(page, "lab-hookgraph")
+    _check_not_shrunk_in_a_narrow_window(page)
     page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
     page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty", timeout=30_000)
     saved = json.loads((lab_root / "hookgraph.ipynb").read_text())
