@@ -152,6 +152,23 @@ with (logits * 2).sum().backward():
     assert torch.allclose(result.saved["second"], 2 * expected[0], rtol=1e-4, atol=1e-5)
 
 
+def test_a_backward_block_inside_another_reads_its_own_pass(model, ids):
+    """The inner `with` block's `.grad` is the inner pass's gradient, the outer block's the outer's (a nested
+    block once took the outer pass for its body)."""
+    result = run(model, ids, """
+hs = model.transformer.h[1].output
+logits = model.output.logits
+with logits.sum().backward(retain_graph=True):
+    outer = hs.grad.save()
+    with (logits * 2).sum().backward(retain_graph=True):
+        inner = hs.grad.save()
+""")
+    expected = raw_grads(model, ids, [model.transformer.h[1]])
+    assert torch.allclose(result.saved["outer"], expected[0])
+    assert torch.allclose(result.saved["inner"], 2 * expected[0], rtol=1e-4, atol=1e-5)
+    assert [node.block for node in result.graph.nodes] == [None, None, None, 0, 0, 1]
+
+
 def test_two_passes_as_statements(model, ids):
     result = run(model, ids, """
 hs = model.transformer.h[1].output

@@ -191,8 +191,9 @@ class _Builder:
             elif self.mode == "trace" and is_backward_block(stmt):
                 index = self.pass_at[position(stmt.items[0].context_expr)]
                 flat.append((stmt, None, invoke))
-                flat.extend((inner, index, inner_invoke)
-                            for inner, _, inner_invoke in self._flatten(stmt.body, invoke, top=False))
+                # a `with` block nested in this one keeps its own pass for its body
+                flat.extend((inner, index if inner_block is None else inner_block, inner_invoke)
+                            for inner, inner_block, inner_invoke in self._flatten(stmt.body, invoke, top=False))
             else:
                 flat.append((stmt, 0 if self.mode == "backward" else None, invoke))
         return flat
