@@ -358,7 +358,25 @@ def test_error_second_backward_without_retain_graph(model, ids):
 logits = model.output.logits
 logits.sum().backward()
 logits.sum().backward()
-""", nbgrad.GradError, "line 4", "second time", "retain_graph=True", ran_backward=True)
+""", nbgrad.GradError, "line 4", "second time", "the backward pass of line 3 (logits.sum().backward())",
+                 "retain_graph=True", ran_backward=True)
+
+
+def test_error_second_backward_names_the_pass_that_freed_the_graph(model, ids):
+    """The pass that ran first and freed the graph is the inner block's, not the outer one that already
+    keeps its graph: the message names it, and doing what it says works."""
+    source = """
+logits = model.output.logits
+with logits.sum().backward(retain_graph=True):
+    a = model.transformer.h[1].output.grad.save()
+    with (logits * 2).sum().backward({}):
+        b = model.transformer.h[1].output.grad.save()
+"""
+    message = expect_error(model, ids, source.format(""), nbgrad.GradError, "line 3", "second time",
+                           "the backward pass of line 5 ((logits * 2).sum().backward())", ran_backward=True)
+    assert "Pass retain_graph=True to that backward" in message
+    fixed = run(model, ids, source.format("retain_graph=True"))
+    assert torch.allclose(fixed.saved["b"], 2 * fixed.saved["a"], rtol=1e-4, atol=1e-5)
 
 
 def test_error_grad_read_without_backward_pass(model, ids):

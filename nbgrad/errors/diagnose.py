@@ -149,9 +149,14 @@ def backward_never_ran(use, backward_pass) -> str:
             f"({backward_pass.source}), which never ran")
 
 
-def second_backward(backward_pass) -> str:
-    return ("backward through the same graph a second time: its buffers were freed by the first pass. "
-            "Pass retain_graph=True to the first backward (--retain-graph on %%backward)")
+def second_backward(backward_pass, freed_by=None) -> str:
+    """`freed_by`: the pass of this cell that ran last without keeping its graph, when there is one."""
+    if freed_by is None or freed_by is backward_pass:
+        return ("backward through the same graph a second time: its buffers were freed by an earlier pass. "
+                "Pass retain_graph=True to the first backward (--retain-graph on %%backward)")
+    return (f"backward through the same graph a second time: the backward pass of line {freed_by.line} "
+            f"({freed_by.source}) ran before this one and freed its buffers. Pass retain_graph=True to "
+            f"that backward (--retain-graph on %%backward)")
 
 
 def check_loss(loss: torch.Tensor, backward_pass, args, kwargs, no_grad: bool, namespace: dict,

@@ -18,6 +18,15 @@ def register_grad_hook(tensor: torch.Tensor, hook):
     return tensor.register_hook(hook)
 
 
+def keeps_graph(args: tuple, kwargs: dict) -> bool:
+    """Does a backward call with these arguments (after the loss: gradient, retain_graph, create_graph, as
+    both `Tensor.backward` and `torch.autograd.backward` take them) keep the graph for another pass?"""
+    retain = kwargs.get("retain_graph", args[1] if len(args) > 1 else None)
+    if retain is None:            # PyTorch's default: keep it when building a graph of the gradient
+        retain = kwargs.get("create_graph", args[2] if len(args) > 2 else False)
+    return bool(retain)
+
+
 class GradientEvents:
     """Answers GradRead, GradWrite and Backward requests. A gradient key is `(id(tensor), pass index)`."""
 
@@ -33,6 +42,7 @@ class GradientEvents:
         self.late: set = set()           # gradient hooks first asked for while their pass was running
         self.sources: dict = {}          # id(gradient) -> id of the tensor it flowed into
         self.hooked: dict = {}           # id(tensor) -> (tensor, its version when hooked)
+        self.freed_by = None             # the latest pass that ran without keeping its graph (retain_graph)
 
     # --- requests -------------------------------------------------------------------------------
 
@@ -124,12 +134,15 @@ class GradientEvents:
              else loss.backward(*args, **kwargs))
         except RuntimeError as error:
             if "second time" in str(error):
-                raise GradError(diagnose.second_backward(backward_pass), backward_pass.line) from error
+                raise GradError(diagnose.second_backward(backward_pass, self.freed_by),
+                                backward_pass.line) from error
             raise
         finally:
             self.running.pop()
             self.pass_state[pass_index] = "done"
             scheduler.phase = outer_phase
+        if not keeps_graph(args, kwargs):
+            self.freed_by = backward_pass
         if scheduler.parked:
             self._check_pass_delivered(pass_index)
         if scheduler.unstarted:
