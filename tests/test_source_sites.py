@@ -76,6 +76,22 @@ def test_an_assignment_site_holds_the_value_assigned():
     assert torch.equal(namespace["h1"], torch.relu(model.body.fc1(x)))
 
 
+def test_a_site_that_holds_a_function_used_as_a_tensor_says_so():
+    """GPT-2's `attention_interface_0` is the assignment that picks the attention function (the call is
+    `_1`): indexing it raises Python's own TypeError, with a note that says what the site holds and where to
+    see which line it is."""
+    model = FAMILIES["gpt2"][0]()
+    inputs = FAMILIES["gpt2"][4]
+    with pytest.raises(TypeError, match="'function' object is not subscriptable") as caught:
+        run(model, inputs, "w = model.transformer.h[0].attn.source.attention_interface_0.output[1].save()")
+    assert caught.value.__notes__ == [
+        "nbgrad: model.transformer.h[0].attn.source.attention_interface_0.output (line 1) is a function, not a "
+        "tensor: `%source model.transformer.h[0].attn` shows which line of its forward each site is"]
+    assert_untouched(model)
+    namespace = run(model, inputs, "w = model.transformer.h[0].attn.source.attention_interface_1.output[1].save()")
+    assert namespace["w"].shape[-1] == namespace["w"].shape[-2]       # the pattern: (batch, heads, seq, seq)
+
+
 def test_writing_a_site_input_and_editing_an_output_in_place():
     model = FAMILIES["plain"][0]()
     x = FAMILIES["plain"][4]

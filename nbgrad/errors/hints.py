@@ -18,6 +18,7 @@ def add_hints(error: BaseException, runtime) -> None:
     if not isinstance(error, Exception) or getattr(error, "_nbgrad_hinted", False):
         return
     hints = [_event_outside_the_cell(error), _tuple_as_tensor(error, runtime.forward.tuple_reads),
+             _not_a_tensor(error, runtime.forward.other_reads),
              _after_a_replacement(error, runtime.forward.last_replacement)]
     for hint in filter(None, hints):
         error.add_note(f"nbgrad: {hint}")
@@ -45,6 +46,20 @@ def _tuple_as_tensor(error, tuple_reads: dict) -> str | None:
     use, length = next(iter(tuple_reads.values()))
     return (f"{use.target}.{use.kind} (line {use.line}) is a tuple of {length}, not a tensor: take "
             f"`{use.target}.{use.kind}[0]` for the first element")
+
+
+def _not_a_tensor(error, other_reads: dict) -> str | None:
+    """An event whose value is not a tensor (a site of a forward that assigns a function, a module that
+    returns None or a dict), used as if it were one: Python's message names the value's type."""
+    if not other_reads or not isinstance(error, (AttributeError, TypeError)):
+        return None
+    for use, type_name in other_reads.values():
+        if f"'{type_name}'" in str(error):
+            where = use.target.rpartition(".source.")
+            look = (f": `%source {where[0]}` shows which line of its forward each site is" if where[1]
+                    else "")
+            return f"{use.target}.{use.kind} (line {use.line}) is {_article(type_name)} {type_name}, not a tensor{look}"
+    return None
 
 
 def _after_a_replacement(error, replacement) -> str | None:

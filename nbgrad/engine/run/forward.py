@@ -6,7 +6,7 @@ from collections.abc import Iterator, MappingView
 from functools import partial
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from ...errors import diagnose
 from ...errors import hints
@@ -35,6 +35,7 @@ class ForwardEvents:
         self.model_running = False
         self.done = False                # the model's forward call has returned
         self.tuple_reads: dict = {}      # use id -> (use, length) of reads that returned a tuple, for hints
+        self.other_reads: dict = {}      # use id -> (use, type name) of reads that returned neither, for hints
         self.last_replacement = None     # (use, shape before, shape after) of the latest replaced value
         self.requested: set = set()      # use ids that a statement has waited on (so their module is hooked)
         self.sinks: dict = {}            # event key -> callbacks that get each value (a cache(...) of the cell)
@@ -65,8 +66,11 @@ class ForwardEvents:
             value = self.values[key]
             if task.node.spec.invoke is not None:
                 value = self.runtime.rows.view(value, task.node.spec.invoke)
-            if type(value) is tuple:
-                self.tuple_reads[request.use] = (use, len(value))
+            if type(value) is not Tensor:
+                if type(value) is tuple:
+                    self.tuple_reads[request.use] = (use, len(value))
+                elif not isinstance(value, Tensor):
+                    self.other_reads[request.use] = (use, type(value).__name__)
             if use.row_zero:
                 hints.note_row_zero(use, value)
             return True, value
