@@ -35,6 +35,10 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
         return dataset_runner[0](model, input, source, namespace, over=over, batch_size=batch_size, out=out,
                                  engine=engine, workers=workers, column=column, model_factory=model_factory,
                                  no_grad=no_grad, tokenizer=tokenizer, graph=graph, quiet=quiet, progress=progress)
+    if (batch_size != 8 or out is not None or engine != "local" or workers is not None or column is not None
+            or model_factory is not None):
+        checks.dataset_options_alone(batch_size=batch_size, out=out, engine=engine, workers=workers, column=column,
+                                     model_factory=model_factory)
     # The common cell in as few Python calls as it takes: each costs microseconds, cold, between two forward
     # passes (bench/overhead.py), so what only some cells need is asked for only by them.
     if not isinstance(model, nn.Module) or (namespace is not None and not isinstance(namespace, dict)):

@@ -1,6 +1,7 @@
 """`--over DATASET`: each example its own invoke in a padded batch; values and gradients equal running each
 example alone with plain PyTorch hooks on the same weights. `--out DIR`: safetensors batches, resumed."""
 import json
+import re
 
 import pytest
 import torch
@@ -295,3 +296,28 @@ def test_ray_options_on_a_local_run_are_refused(default_model, option, says):
         nbgrad.trace(default_model, None, "h = model.transformer.h[0].output.save()", {"model": default_model},
                      over=["a", "b"], **option)
     assert_clean(default_model, before)
+
+
+@pytest.mark.parametrize("option, says", [({"engine": "ray"}, "--engine (engine=) is for a run over a dataset"),
+                                          ({"out": "acts"}, "--out (out=) is for a run over a dataset"),
+                                          ({"batch_size": 2}, "--batch-size (batch_size=) is for a run over a"),
+                                          ({"column": "text"}, "--column (column=) is for a run over a dataset"),
+                                          ({"workers": 2}, "--workers (workers=) is for a run over a dataset")])
+def test_dataset_options_without_a_dataset_are_refused(default_model, option, says):
+    """An option of a run over a dataset on a cell that runs once would do nothing: it is refused, saying
+    what it is for, before the model runs."""
+    before = model_state(default_model)
+    with pytest.raises(nbgrad.NbgradError, match=re.escape(says)) as caught:
+        nbgrad.trace(default_model, "Hi", "h = model.transformer.h[0].output.save()", {"model": default_model},
+                     **option)
+    assert "add --over DATASET (over=), or drop" in str(caught.value)
+    assert_clean(default_model, before)
+
+
+def test_the_magic_refuses_a_dataset_option_without_over(shell):
+    shell.run_cell("model = nbgrad.load_model()\nran = []")
+    failed = shell.run_cell("%%trace model 'Hi' --engine ray -q\nran.append(1)\n")
+    assert "--engine (engine=) is for a run over a dataset: it sets where the batches run" in str(failed.error_in_exec)
+    assert shell.user_ns["ran"] == []
+    shell.run_cell("%%trace model 'Hi' --engine local -q\nh = model.transformer.h[0].output.save()\n").raise_error()
+    assert shell.user_ns["h"].shape[0] == 1

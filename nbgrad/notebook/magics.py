@@ -12,7 +12,7 @@ from ..engine.run import checks
 from ..errors import InputError, NbgradError, for_the_cell
 from ..engine.run.cellstate import unsaved_names
 from .magic_line import is_expression, split_line
-from .over import over_arguments, trace_over_line
+from .over import dataset_options, over_arguments, trace_over_line
 
 
 def split_expression(rest: str, magic, head: str) -> tuple:
@@ -68,6 +68,7 @@ class NbgradMagics(Magics):
         tokenizer = self._evaluate(args.tokenizer, "--tokenizer") if args.tokenizer else None
         if args.over is not None:
             return trace_over_line(self, model, head, input_text, args, cell, tokenizer)
+        checks.dataset_options_alone(**dataset_options(args))      # before INPUT is evaluated: nothing runs
         value = self._evaluate(input_text, "INPUT") if input_text is not None else None
         result = api.trace(model, value, cell, namespace, no_grad=args.no_grad, tokenizer=tokenizer)
         self._display(result, args.quiet, model, f"%%trace {line.strip()}")

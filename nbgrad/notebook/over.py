@@ -9,17 +9,23 @@ from ..errors import InputError
 _OPTIONS = (
     argument("--over", default=None, help="expression: run the cell once per example of DATASET (a list of "
                                           "prompts, any iterable of INPUTs, or a datasets.Dataset)"),
-    argument("--batch-size", type=int, default=8, help="examples run at a time with --over (default 8)"),
+    argument("--batch-size", type=int, default=None, help="examples run at a time with --over (default 8)"),
     argument("--column", default=None, type=str, help="the column of a datasets.Dataset that holds the INPUTs "
                                             "(default: text)"),
     argument("--out", default=None, type=str, help="folder: write each batch's saved values there (safetensors); "
                                          "running the cell again computes only the missing batches"),
-    argument("--engine", default="local", choices=["local", "ray"], help="where the batches run (default local)"),
+    argument("--engine", default=None, choices=["local", "ray"], help="where the batches run (default local)"),
     argument("--workers", type=int, default=None, help="Ray actors, each holding a model (default: one per "
                                                        "GPU of the cluster, else 2)"),
     argument("--model-factory", default=None, help="expression: a function that returns the model, for "
                                                    "Ray workers (default: nbgrad.load_model's own arguments)"),
 )
+
+
+def dataset_options(args) -> dict:
+    """The dataset options given on a line (None: not given), by nbgrad.trace's keyword."""
+    return {"batch_size": args.batch_size, "column": args.column, "out": args.out, "engine": args.engine,
+            "workers": args.workers, "model_factory": args.model_factory}
 
 
 def over_arguments(magic):
@@ -37,8 +43,9 @@ def trace_over_line(magics, model, model_name: str, input_text, args, cell: str,
     dataset = magics._evaluate(args.over, "--over")
     factory = magics._evaluate(args.model_factory, "--model-factory") if args.model_factory else None
     out = args.out.strip("'\"") if args.out else None
-    result = datasets.trace(model, None, cell, magics.shell.user_ns, over=dataset, batch_size=args.batch_size,
-                            out=out, engine=args.engine, workers=args.workers,
+    batch_size = 8 if args.batch_size is None else args.batch_size
+    result = datasets.trace(model, None, cell, magics.shell.user_ns, over=dataset, batch_size=batch_size,
+                            out=out, engine=args.engine or "local", workers=args.workers,
                             column=args.column.strip("'\"") if args.column else None,
                             model_factory=factory, no_grad=args.no_grad, tokenizer=tokenizer)
     if not args.quiet and result.saved:

@@ -17,6 +17,24 @@ def trace_arguments(model, namespace) -> None:
         _check_namespace(namespace)
 
 
+# What only a run over a dataset takes (--over / over=): keyword, option, what it is for
+DATASET_OPTIONS = (("batch_size", "--batch-size", "how many examples run at a time"),
+                   ("column", "--column", "the dataset's column of INPUTs"),
+                   ("out", "--out", "the folder each batch's saved values are written to"),
+                   ("engine", "--engine", "where the batches run"),
+                   ("workers", "--workers", "how many Ray workers run them"),
+                   ("model_factory", "--model-factory", "how each Ray worker makes its model"))
+DATASET_DEFAULTS = {"batch_size": 8, "engine": "local"}
+
+
+def dataset_options_alone(**given) -> None:
+    """Refuse an option of a run over a dataset on a cell that runs once (no --over): it would do nothing."""
+    for keyword, option, what in DATASET_OPTIONS:
+        if given.get(keyword) is not None and given[keyword] != DATASET_DEFAULTS.get(keyword):
+            raise ArgumentError(f"{option} ({keyword}=) is for a run over a dataset: it sets {what}. This cell runs "
+                                f"once, on its INPUT: add --over DATASET (over=), or drop {option}")
+
+
 def backward_arguments(loss, namespace, grad_output=None) -> None:
     """LOSS a tensor, the namespace a dict, --grad-output a tensor of LOSS's shape."""
     _check_namespace(namespace)
