@@ -54,6 +54,22 @@ def test_ids_past_the_vocabulary(model, value):
             "model.transformer.wte.num_embeddings = 97", "0–96")
 
 
+def test_float_ids_keep_torchs_error_with_a_note(model):
+    """Token ids given as floats: the model's embedding refuses them (plain PyTorch says the same); the note
+    says what INPUT was and how to give ids. Floats are not refused before the run: other models take them."""
+    ids = torch.tensor([[1.0, 2.0, 3.0]])
+    with pytest.raises(RuntimeError, match="'indices'"):
+        model(ids)
+    before = model_state(model)
+    with pytest.raises(RuntimeError, match="'indices'") as caught:
+        nbgrad.trace(model, ids, "hs = model.transformer.h[0].output.save()")
+    assert caught.value.__notes__ == ["nbgrad: INPUT is a tensor of torch.float32, but the model looks token ids "
+                                      "up in an embedding, and ids are integers: pass `ids.long()`, or give the "
+                                      "text as a string"]
+    assert_clean(model, before)
+    assert nbgrad.trace(model, ids.long(), "hs = model.transformer.h[0].output.save()").saved["hs"].shape[1] == 3
+
+
 def test_ids_past_the_position_limit(model):
     ids = torch.ones(1, 33, dtype=torch.long)
     with pytest.raises(IndexError):

@@ -79,6 +79,14 @@ def _after_a_replacement(error, replacement) -> str | None:
             f"the model failed after that")
 
 
+def note_float_ids(error: RuntimeError, args: tuple, kwargs: dict) -> None:
+    """The model's embedding refused a float INPUT (token ids are integers): say so beside torch's message."""
+    ids = kwargs.get("input_ids", args[0] if args else None)
+    if "indices" in str(error) and isinstance(ids, torch.Tensor) and ids.is_floating_point():
+        error.add_note(f"nbgrad: INPUT is a tensor of {ids.dtype}, but the model looks token ids up in an embedding, "
+                       f"and ids are integers: pass `ids.long()`, or give the text as a string")
+
+
 def _article(word: str) -> str:
     return "an" if word[:1].lower() in "aeiou" else "a"
 

@@ -120,6 +120,9 @@ class Runtime:
                     self.model(*call_args, **call_kwargs)
             except StopRun:
                 pass
+            except RuntimeError as error:
+                hints.note_float_ids(error, call_args, call_kwargs)
+                raise
             forward.model_running, forward.done, scheduler.phase = False, True, AFTER_FORWARD   # _forward_done
             if scheduler.unstarted:
                 scheduler.start_ready()
