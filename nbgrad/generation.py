@@ -22,6 +22,7 @@ from .engine.run.result import Result, holds_saved
 from .engine.run.rows import InvokeRows
 from .engine.run.runtime import Runtime
 from .errors import GradError, InputError, NbgradError
+from .errors.naming import a_or_an
 from .models.batching import batch_invokes
 from .models.cell import default_namespace, invoke_inputs
 from .models.inputs import INPUT_HELP, call_arguments, input_ids_of
@@ -54,7 +55,7 @@ def generate(model: nn.Module, input, source: str, namespace: dict | None = None
         raise NbgradError(f"%%generate needs a model with transformers' `generate` (a generative model); "
                           f"{type(model).__name__} has none. Use %%trace for a single forward call")
     if kwargs is not None and not isinstance(kwargs, dict):
-        raise InputError(f"--kwargs must be a dict of `generate` keywords, not a {type(kwargs).__name__}")
+        raise InputError(f"--kwargs must be a dict of `generate` keywords, not {a_or_an(type(kwargs).__name__)}")
     models.remember(model)
     options = {"max_new_tokens": max_new_tokens, "do_sample": sample, **_pad_token(model, tokenizer),
                **(kwargs or {})}

@@ -242,7 +242,7 @@ def test_a_cache_per_generation_step(default_model):
     ("c = cache('transformer.hh.*')", "no module of the model matches 'transformer.hh.*'"),
     ("c = cache(grads=True)", "runs no backward pass"),
     ("c = cache(model.transformer.h[0].output)", "must run before the model does"),
-    ("c = cache(3)", "takes a glob, a module path"),
+    ("c = cache(3)", "takes a glob, a module path, a module or a list of them, not an int"),
 ])
 def test_errors_name_the_line_and_leave_the_model_clean(tiny, source, message):
     before = model_state(tiny)

@@ -198,7 +198,7 @@ def test_a_too_late_write_names_both_lines_and_the_step(tiny_lm, ids):
 
 
 def test_usage_errors_say_what_is_wrong(tiny_lm, ids):
-    with pytest.raises(nbgrad.InputError, match="--kwargs must be a dict of `generate` keywords, not a int"):
+    with pytest.raises(nbgrad.InputError, match="--kwargs must be a dict of `generate` keywords, not an int"):
         nbgrad.generate(tiny_lm, ids, "", kwargs=5)
     with pytest.raises(nbgrad.NbgradError, match="needs a model with transformers' `generate`.*Sequential"):
         nbgrad.generate(torch.nn.Sequential(torch.nn.Linear(2, 2)), torch.zeros(1, 2), "")

@@ -145,7 +145,7 @@ def test_a_module_defined_in_a_notebook_cell(shell):
 
 
 def test_source_of_something_that_is_not_a_module_or_function_says_what_it_takes(shell):
-    with pytest.raises(nbgrad.NbgradError, match="nbgrad.source takes a module or a Python function, not a int"):
+    with pytest.raises(nbgrad.NbgradError, match="nbgrad.source takes a module or a Python function, not an int"):
         nbgrad.source(5)
     with pytest.raises(nbgrad.NbgradError, match="relu has no Python source"):
         nbgrad.source(torch.relu)

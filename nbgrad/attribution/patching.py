@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError
+from ..errors.naming import a_or_an
 from ..engine.run.gradients import register_grad_hook
 from .gradients import per_position
 from .progress import progress
@@ -22,7 +23,7 @@ def attribution_patching(model: nn.Module, clean, corrupt, metric, sites="*", po
     `sites`: glob(s) over `model.named_modules()` names; `positions`: True (each position), False
     (whole sites), or position indices. See SPEC §5b."""
     if not callable(metric):
-        raise InputError(f"metric must be a callable logits -> scalar, not a {type(metric).__name__}")
+        raise InputError(f"metric must be a callable logits -> scalar, not {a_or_an(type(metric).__name__)}")
     with eval_mode(model):
         clean_prompt, corrupt_prompt = prepare(model, clean, "clean"), prepare(model, corrupt, "corrupt")
         length = _same_length(clean_prompt, corrupt_prompt)

@@ -9,6 +9,8 @@ import sys
 import torch
 from torch import nn
 
+from .naming import a_or_an
+
 MODULE_EVENTS = ("output", "input", "inputs")
 _NO_EVENT = re.compile(r"'(\w+)' object has no attribute '(output|inputs|input)'")
 
@@ -58,7 +60,7 @@ def _not_a_tensor(error, other_reads: dict) -> str | None:
             where = use.target.rpartition(".source.")
             look = (f": `%source {where[0]}` shows which line of its forward each site is" if where[1]
                     else "")
-            return f"{use.target}.{use.kind} (line {use.line}) is {_article(type_name)} {type_name}, not a tensor{look}"
+            return f"{use.target}.{use.kind} (line {use.line}) is {a_or_an(type_name)}, not a tensor{look}"
     return None
 
 
@@ -69,7 +71,7 @@ def _after_a_replacement(error, replacement) -> str | None:
     use, before, after = replacement
     if use.target.endswith(".skip") and use.kind == "output" and before == "NoneType":
         module = use.target[:-len(".skip")]
-        given = f"a tensor of shape {after}" if isinstance(after, tuple) else f"{_article(after)} {after}"
+        given = f"a tensor of shape {after}" if isinstance(after, tuple) else a_or_an(after)
         return (f"line {use.line} skipped {module} with `.skip(v)`, v {given}, and the model failed after that: "
                 f"v stands in for that module's output, so it must have the form its forward returns (a tensor; "
                 f"a tuple for many attention modules). Read `{module}.output` in a cell without the skip to see it")
@@ -85,10 +87,6 @@ def note_float_ids(error: RuntimeError, args: tuple, kwargs: dict) -> None:
     if "indices" in str(error) and isinstance(ids, torch.Tensor) and ids.is_floating_point():
         error.add_note(f"nbgrad: INPUT is a tensor of {ids.dtype}, but the model looks token ids up in an embedding, "
                        f"and ids are integers: pass `ids.long()`, or give the text as a string")
-
-
-def _article(word: str) -> str:
-    return "an" if word[:1].lower() in "aeiou" else "a"
 
 
 def shape_of(value):

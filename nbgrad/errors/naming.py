@@ -5,6 +5,11 @@ import torch
 from torch import nn
 
 
+def a_or_an(word: str) -> str:
+    """`int` -> `an int`, `list` -> `a list`: a type's name as a message says it."""
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
+
+
 def module_path(root: str, dotted: str) -> str:
     """`transformer.h.0.attn` under `model` -> `model.transformer.h[0].attn`."""
     return root + "".join(f"[{part}]" if part.isdigit() else f".{part}" for part in dotted.split(".") if part)

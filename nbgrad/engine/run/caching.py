@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from ...errors import ModulePathError, NbgradError, diagnose
+from ...errors.naming import a_or_an
 from .cache import Cache, Calls, _canonical, main_tensor
 
 
@@ -79,7 +80,7 @@ def matching_modules(model: nn.Module, modules, line: int) -> list:
                                       f"{diagnose.nearest_modules([n for n, _ in named], pattern)}", line)
         else:
             raise NbgradError(f"cache(modules=...) takes a glob, a module path, a module or a list of them, "
-                              f"not a {type(item).__name__}", line)
+                              f"not {a_or_an(type(item).__name__)}", line)
         chosen.update(found)
     return [(name, module) for name, module in named if name in chosen]
 

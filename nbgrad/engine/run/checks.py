@@ -7,6 +7,7 @@ from torch import nn
 
 from ...errors import diagnose
 from ...errors import ArgumentError, GradError
+from ...errors.naming import a_or_an
 
 
 def trace_arguments(model, namespace) -> None:
@@ -66,5 +67,4 @@ def _check_namespace(namespace) -> None:
 def _kind(value) -> str:
     text = repr(value)
     shown = f" `{text}`" if len(text) <= 40 else ""
-    article = "an" if type(value).__name__[0].lower() in "aeiou" else "a"
-    return "None" if value is None else f"{article} {type(value).__name__}{shown}"
+    return "None" if value is None else f"{a_or_an(type(value).__name__)}{shown}"

@@ -5,6 +5,7 @@ import types
 
 from torch import nn
 
+from ...errors.naming import a_or_an
 from ..compile.sites import innermost, site_code
 from .sites import ModuleSource, NbgradError, Site, source_of
 
@@ -30,7 +31,7 @@ def listing(target) -> SourceListing:
     elif isinstance(target, (types.FunctionType, types.BuiltinFunctionType)):
         function, title = target, target.__qualname__      # a builtin: site_code says it has no source
     else:
-        raise NbgradError(f"nbgrad.source takes a module or a Python function, not a {type(target).__name__}: "
+        raise NbgradError(f"nbgrad.source takes a module or a Python function, not {a_or_an(type(target).__name__)}: "
                           f"give the module whose forward to list (model.transformer.h[0].attn)")
     found = site_code(innermost(function)[0])
     beside: dict = {}
