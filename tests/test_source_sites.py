@@ -92,6 +92,26 @@ def test_a_site_that_holds_a_function_used_as_a_tensor_says_so():
     assert namespace["w"].shape[-1] == namespace["w"].shape[-2]       # the pattern: (batch, heads, seq, seq)
 
 
+def test_a_callee_site_the_fused_attention_lacks_names_the_line_the_function_and_the_way_to_it():
+    """The spec's pattern site on a model that runs sdpa: the callee is known only when it is called, inside
+    the model; the error still names the cell's line, says which function ran, and how to reach the pattern."""
+    model = FAMILIES["gpt2"][0]()
+    model.config._attn_implementation = "sdpa"
+    inputs = FAMILIES["gpt2"][4]
+    cell = ("attn = model.transformer.h[0].attn.source.attention_interface_1\n"
+            "pattern = attn.source.nn_functional_softmax_0.output.save()")
+    with pytest.raises(nbgrad.NbgradError) as caught:
+        run(model, inputs, cell)
+    message = str(caught.value)
+    assert message.startswith("line 2: GPT2Attention.source.attention_interface_1.source has no site "
+                              "'nn_functional_softmax_0'; nearest: attention_mask_0. attention_interface_1 called "
+                              "sdpa_attention_forward in this run: a fused attention function")
+    assert 'nbgrad.load_model(..., attn_implementation="eager")' in message
+    assert_untouched(model)
+    model.config._attn_implementation = "eager"
+    assert run(model, inputs, cell)["pattern"].shape == (1, 4, 6, 6)
+
+
 def test_writing_a_site_input_and_editing_an_output_in_place():
     model = FAMILIES["plain"][0]()
     x = FAMILIES["plain"][4]

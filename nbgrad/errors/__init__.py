@@ -87,6 +87,20 @@ def cell_traceback(tb: types.TracebackType | None) -> types.TracebackType | None
     return trimmed
 
 
+def located(error: BaseException, uses) -> BaseException:
+    """An nbgrad error raised inside the model about a path of the cell (`error.path`, e.g. a site of a callee,
+    known only when it is called) with no line: the same error at the line of the first use naming it."""
+    path = getattr(error, "path", None)
+    if not isinstance(error, NbgradError) or error.line is not None or path is None:
+        return error
+    line = next((use.line for use in uses if path + "." in use.target + "."), None)
+    if line is None:
+        return error
+    found = type(error)(error.detail, line)
+    found.__cause__, found.__suppress_context__ = error.__cause__, True
+    return found
+
+
 def for_the_cell(error: BaseException) -> BaseException:
     """The error as a cell shows it: an nbgrad error as its one message (cause kept), any other error
     with the frames a user reads (see `cell_traceback`)."""

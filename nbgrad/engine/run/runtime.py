@@ -16,9 +16,8 @@ from threading import get_ident
 import torch
 from torch import nn
 
-from ...errors import hints
+from ...errors import NbgradError, for_the_cell, hints, located
 from .cellstate import CellState
-from ...errors import NbgradError, for_the_cell
 from .forward import ForwardEvents
 from ..compile.graph import HookGraph, Run
 from .gradients import GradientEvents
@@ -190,6 +189,7 @@ class Runtime:
                 self._exit()         # idempotent
 
     def _for_the_cell(self, error: BaseException) -> BaseException:
+        error = located(error, self.program.uses)
         hints.add_hints(error, self)
         try:
             error.nbgrad_graph = self.graph()      # what ran, and which statement failed

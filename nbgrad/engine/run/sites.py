@@ -24,6 +24,14 @@ class SiteError(NbgradError, LookupError):
     """A site name the forward does not have, or a site that cannot be used the way the cell asks."""
 
 
+def attention_hint(called: str) -> str:
+    """A fused attention function (sdpa, flash) has no softmax of its own: the pattern is in the eager one."""
+    if "sdpa" in called or "flash" in called:
+        return (": a fused attention function computes the pattern inside one kernel, so it has no site for it; "
+                "load the model with nbgrad.load_model(..., attn_implementation=\"eager\") to reach it")
+    return ""
+
+
 def nearest(name: str, names) -> str:
     close = difflib.get_close_matches(name, list(names), n=6, cutoff=0.5)
     return ", ".join(close or list(names)[:12]) or "(none)"
@@ -197,7 +205,11 @@ class CalleeSource(SiteTable):
         names = site_code(inner).names
         unknown = [name for name in self.sites if name not in names and self.sites[name].busy()]
         if unknown:
-            raise SiteError(f"{self.label} has no site {unknown[0]!r}; nearest: {nearest(unknown[0], names)}")
+            called = getattr(inner, "__qualname__", type(inner).__name__)
+            error = SiteError(f"{self.label} has no site {unknown[0]!r}; nearest: {nearest(unknown[0], names)}. "
+                              f"{self.parent.name} called {called} in this run{attention_hint(called)}")
+            error.path = f".source.{unknown[0]}"        # how the cell's line names it (after a module or a name)
+            raise error
         key = inner.__code__
         if key not in self.copies:
             self.copies[key] = rewrap(peeled, rewritten(inner, self.dispatch))
