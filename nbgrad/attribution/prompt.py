@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError
+from ..errors.naming import a_or_an
 from ..models.inputs import call_arguments, input_ids_of
 from ..models import tokenizer_for
 from .sites import logits_of
@@ -64,7 +65,7 @@ def token_id(model: nn.Module, token) -> int:
         if not ids:
             raise InputError(f"target {token!r} tokenizes to no token")
         return int(ids[0])
-    raise InputError(f"target is a {type(token).__name__}: give a token (string), a token id, or a "
+    raise InputError(f"target is {a_or_an(type(token).__name__)}: give a token (string), a token id, or a "
                      f"callable logits -> scalar")
 
 

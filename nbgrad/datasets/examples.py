@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 from ..errors import ArgumentError, InputError
+from ..errors.naming import a_or_an
 
 DEFAULT_COLUMN = "text"
 
@@ -17,11 +18,11 @@ def batches(dataset, batch_size: int, column: str | None = None):
         yield from _dataset_batches(dataset, batch_size, column)
         return
     if column is not None:
-        raise ArgumentError("--column names a column of a datasets.Dataset; DATASET here is a "
-                            f"{type(dataset).__name__}")
+        raise ArgumentError("--column names a column of a datasets.Dataset; DATASET here is "
+                            f"{a_or_an(type(dataset).__name__)}")
     if isinstance(dataset, (str, bytes)) or not _iterable(dataset):
-        raise InputError(f"--over takes a list of prompts, an iterable of INPUTs or a datasets.Dataset, not a "
-                         f"{type(dataset).__name__}; for one prompt, give it as INPUT without --over")
+        raise InputError(f"--over takes a list of prompts, an iterable of INPUTs or a datasets.Dataset, not "
+                         f"{a_or_an(type(dataset).__name__)}; for one prompt, give it as INPUT without --over")
     examples, start = iter(dataset), 0
     while True:
         chunk = list(itertools.islice(examples, batch_size))

@@ -17,6 +17,7 @@ from torch import nn
 from ..engine.compile.compiler import compile_cell
 from ..engine.compile.dataflow import bound_names, read_names
 from ..errors import NbgradError
+from ..errors.naming import a_or_an
 from ..models import loading
 
 IN_FLIGHT_PER_WORKER = 2
@@ -138,8 +139,8 @@ def _builder(model: nn.Module, model_factory) -> tuple:
     """(what a worker calls to get its model, a key that says which model that is)."""
     if model_factory is not None:
         if not callable(model_factory):
-            raise NbgradError(f"--model-factory must be a function that returns the model, not a "
-                              f"{type(model_factory).__name__}")
+            raise NbgradError(f"--model-factory must be a function that returns the model, not "
+                              f"{a_or_an(type(model_factory).__name__)}")
         _check_picklable("--model-factory", model_factory)
         return model_factory, ("factory", id(model_factory))
     recorded = loading.load_arguments(model)

@@ -19,6 +19,7 @@ import torch
 from safetensors.torch import save_file, safe_open
 
 from ..errors import NbgradError
+from ..errors.naming import a_or_an
 
 INDEX = "index.json"
 
@@ -126,7 +127,7 @@ def _flatten(value, key: str, tensors: dict):
     if value is None or isinstance(value, (bool, int, float, str)):
         return {"plain": value}
     raise NbgradError(f"--out writes tensors (and lists / dicts of them, numbers, strings); "
-                      f"{key.split('/')[0]} holds a {type(value).__name__}")
+                      f"{key.split('/')[0]} holds {a_or_an(type(value).__name__)}")
 
 
 def _unflatten(shape: dict, tensors: dict):

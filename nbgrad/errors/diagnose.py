@@ -9,6 +9,7 @@ from torch import nn
 
 from . import naming
 from . import GradError, ModulePathError
+from .naming import a_or_an
 
 
 def nearest_modules(names: list, name: str) -> str:
@@ -88,7 +89,7 @@ def never_ran(use, module, model, after_forward: bool, late: bool = False) -> st
     if path is None:
         return f"{target}: {use.target} ({type(module).__name__}) is not part of the traced model"
     # a loop variable or a computed path: say which module it was
-    who = use.target if path == use.target else f"{use.target} ({path}, a {type(module).__name__})"
+    who = use.target if path == use.target else f"{use.target} ({path}, {a_or_an(type(module).__name__)})"
     if after_forward:
         return (f"{target} was asked for after the model had finished its forward pass, and "
                 f"{who} did not run after that: read it earlier, or save it")

@@ -10,6 +10,7 @@ from torch import nn
 
 from ..engine.run import moduletree
 from ..errors import InputError
+from ..errors.naming import a_or_an
 from .limits import check_token_ids, input_embeddings
 from .loading import processor_for
 
@@ -84,7 +85,7 @@ def _arguments(value, tokenizer) -> tuple:
         return (), dict(value)
     if isinstance(value, tuple):
         return value, {}
-    raise InputError(f"INPUT is a {type(value).__name__}; {INPUT_HELP}")
+    raise InputError(f"INPUT is {a_or_an(type(value).__name__)}; {INPUT_HELP}")
 
 
 def _is_image(value) -> bool:

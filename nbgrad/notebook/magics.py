@@ -10,6 +10,7 @@ from IPython.core.magic_arguments import argument, kwds, magic_arguments
 from .. import api
 from ..engine.run import checks
 from ..errors import InputError, NbgradError, for_the_cell
+from ..errors.naming import a_or_an
 from ..engine.run.cellstate import unsaved_names
 from .magic_line import is_expression, split_line
 from .over import dataset_options, over_arguments, trace_over_line
@@ -177,7 +178,7 @@ class NbgradMagics(Magics):
         expression = line.strip()
         value = self._evaluate(expression, "EXPR")
         if not isinstance(value, torch.Tensor):
-            raise NbgradError(f"%gradgraph needs a tensor; `{expression}` is a {type(value).__name__}")
+            raise NbgradError(f"%gradgraph needs a tensor; `{expression}` is {a_or_an(type(value).__name__)}")
         display(GradGraph(value, tensor_names(self.shell.user_ns), expression))
 
     @magic_arguments()
@@ -218,7 +219,7 @@ class NbgradMagics(Magics):
                               f"e.g. `{name} = nbgrad.load_model()`")
         model = namespace[name]
         if not isinstance(model, nn.Module):
-            raise NbgradError(f"'{name}' is a {type(model).__name__}, not a torch.nn.Module")
+            raise NbgradError(f"'{name}' is {a_or_an(type(model).__name__)}, not a torch.nn.Module")
         return model
 
     def _evaluate(self, text: str, what: str):

@@ -70,7 +70,7 @@ def matching_modules(model: nn.Module, modules, line: int) -> list:
         if isinstance(item, nn.Module):
             found = [name for name, module in named if module is item]
             if not found:
-                raise ModulePathError(f"cache(...): a {type(item).__name__} that is not part of the traced model",
+                raise ModulePathError(f"cache(...): {a_or_an(type(item).__name__)} that is not part of the traced model",
                                       line)
         elif isinstance(item, str):
             pattern = _canonical(item)
