@@ -10,6 +10,7 @@ holds a list indexed by step.
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 
 import torch
@@ -54,6 +55,9 @@ def generate(model: nn.Module, input, source: str, namespace: dict | None = None
     if not callable(getattr(model, "generate", None)):
         raise NbgradError(f"%%generate needs a model with transformers' `generate` (a generative model); "
                           f"{type(model).__name__} has none. Use %%trace for a single forward call")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 1:
+        raise InputError(f"--max-new-tokens (max_new_tokens=) is how many tokens to generate, a whole number of at "
+                         f"least 1, not {max_new_tokens!r}")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise InputError(f"--kwargs must be a dict of `generate` keywords, not {a_or_an(type(kwargs).__name__)}")
     models.remember(model)

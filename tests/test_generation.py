@@ -1,5 +1,6 @@
 """`nbgrad.generate` / `%%generate`, each case against plain hooks around the same `model.generate`."""
 import json
+import re
 
 import pytest
 import torch
@@ -200,6 +201,11 @@ def test_a_too_late_write_names_both_lines_and_the_step(tiny_lm, ids):
 def test_usage_errors_say_what_is_wrong(tiny_lm, ids):
     with pytest.raises(nbgrad.InputError, match="--kwargs must be a dict of `generate` keywords, not an int"):
         nbgrad.generate(tiny_lm, ids, "", kwargs=5)
+    for count in (0, -2, "5", 2.5):         # transformers' own error for 0 comes from deep inside generate
+        with pytest.raises(nbgrad.InputError, match=re.escape("--max-new-tokens (max_new_tokens=) is how many "
+                                                              f"tokens to generate, a whole number of at least 1, "
+                                                              f"not {count!r}")):
+            nbgrad.generate(tiny_lm, ids, "", max_new_tokens=count)
     with pytest.raises(nbgrad.NbgradError, match="needs a model with transformers' `generate`.*Sequential"):
         nbgrad.generate(torch.nn.Sequential(torch.nn.Linear(2, 2)), torch.zeros(1, 2), "")
     graph = nbgrad.generate(tiny_lm, None, "h = model.transformer.h[1].output.save()", graph=True).graph
