@@ -298,3 +298,13 @@ def test_a_backward_pass_in_the_body_says_generation_has_no_gradients(tiny_lm, i
     with pytest.raises(nbgrad.GradError, match=r"at generation step 0\). %%generate runs under torch.no_grad\(\).*"
                                                r"%%trace the generated ids"):
         nbgrad.generate(tiny_lm, ids, "model.output.logits.sum().backward()", max_new_tokens=3)
+
+
+@pytest.mark.parametrize("body", ["model.output.logits.sum().backward()",
+                                  "h = model.transformer.h[0].output\nwith model.output.logits.sum().backward():\n"
+                                  "    g = h.grad.save()"])
+def test_a_gradient_in_the_body_is_not_told_to_drop_an_option_generate_lacks(tiny_lm, ids, body):
+    with pytest.raises(nbgrad.GradError) as caught:
+        nbgrad.generate(tiny_lm, ids, body, max_new_tokens=2)
+    message = str(caught.value)
+    assert "--no-grad" not in message and "ran under torch.no_grad()" in message, message
