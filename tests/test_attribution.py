@@ -180,6 +180,10 @@ def test_errors_say_what_to_do(default_model, tiny):
         nbgrad.attribute(model, PROMPT, lambda logits: logits[:, -1])
     with pytest.raises(nbgrad.NbgradError, match="has no get_input_embeddings\\(\\): give site="):
         nbgrad.attribute(OneSite(BasicModel2()), torch.tensor([[3.0, 1.0]]), scalar_output)
+    for token in (580, 99999, -1):
+        with pytest.raises(nbgrad.InputError, match=f"token target {token} is outside the model's vocabulary: its "
+                                                    f"logits have 580 entries, so token ids are 0–579"):
+            nbgrad.attribute(model, PROMPT, token, method="saliency")
     before = model_state(tiny)
     with pytest.raises(nbgrad.InputError, match="metric must return a scalar"):
         nbgrad.attribute(tiny, torch.tensor([[1, 2, 3]]), lambda logits: logits, site="transformer.h.1")
@@ -206,6 +210,8 @@ def test_magic_returns_the_attribution(shell):
     assert isinstance(ours, nbgrad.Attribution) and torch.equal(ours.scores, expected.scores)
     shown = shell.run_cell(f'%attribute model "{PROMPT}" --target "{TARGET}" --steps 8 --site transformer.h[1]')
     assert isinstance(shown.result, nbgrad.Attribution) and shown.result.sites == ["transformer.h.1"]
+    dotted = shell.run_cell(f'%attribute model "{PROMPT}" --target "{TARGET}" --steps 8 --site transformer.h.1')
+    assert dotted.result.sites == ["transformer.h.1"]       # the spec's spelling: a path, not a Python expression
 
 
 def test_magic_errors(shell, capsys):

@@ -1,5 +1,7 @@
 """The magic line: INPUT, LOSS and option values are Python (spaces, brackets, braces), unknown options
 are named as such, and `%%trace?` prints the options. Values are checked against plain PyTorch."""
+import re
+
 import pytest
 import torch
 from IPython.core.error import UsageError
@@ -95,6 +97,13 @@ def test_option_errors_say_what_is_wrong(shell, ns):
         shell.run_line_magic("backward", "line_ids.sum() --grad-output torch.ones(")
     with pytest.raises(UsageError, match=r"cannot read `line_ids\)` as a Python expression"):
         shell.run_cell_magic("trace", "line_model line_ids) -q", "y = 1")
+
+
+@pytest.mark.parametrize("magic, says", [("gradflow", "usage: %gradflow MODEL"), ("gradgraph", "usage: %gradgraph EXPR"),
+                                         ("show", "usage: %show EXPR")])
+def test_a_line_magic_with_nothing_after_it_says_how_to_use_it(shell, ns, magic, says):
+    with pytest.raises(UsageError, match=re.escape(says)):
+        shell.run_line_magic(magic, "  ")
 
 
 def test_negative_numbers_and_minus_stay_in_the_expression(shell, ns):

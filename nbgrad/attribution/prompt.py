@@ -81,7 +81,10 @@ def scorer(model: nn.Module, target):
 
     def score_token(output):
         logits = logits_of(output)
-        if logits is None or logits.dim() < 2 or index >= logits.shape[-1]:
+        if logits is not None and logits.dim() >= 2 and not 0 <= index < logits.shape[-1]:
+            raise InputError(f"token target {index} is outside the model's vocabulary: its logits have "
+                             f"{logits.shape[-1]} entries, so token ids are 0–{logits.shape[-1] - 1}")
+        if logits is None or logits.dim() < 2:
             shape = None if logits is None else tuple(logits.shape)
             raise InputError(f"token target {index} needs logits [batch, positions, vocab]; the model "
                              f"returned {shape}")

@@ -166,6 +166,8 @@ class NbgradMagics(Magics):
         from IPython.display import display
         from ..views.gradflow import GradFlow
         name = line.strip()
+        if not name:
+            raise UsageError("usage: %gradflow MODEL (after a backward pass: its per-layer gradient norms)")
         display(GradFlow(self._model(name), name))
 
     @line_magic
@@ -176,6 +178,8 @@ class NbgradMagics(Magics):
         from ..errors.naming import tensor_names
         from ..views.gradgraph import GradGraph
         expression = line.strip()
+        if not expression:
+            raise UsageError("usage: %gradgraph EXPR (a tensor: the autograd graph behind it)")
         value = self._evaluate(expression, "EXPR")
         if not isinstance(value, torch.Tensor):
             raise NbgradError(f"%gradgraph needs a tensor; `{expression}` is {a_or_an(type(value).__name__)}")
@@ -188,7 +192,8 @@ class NbgradMagics(Magics):
                                               "or a callable logits -> scalar")
     @argument("--method", default="ig", choices=["ig", "saliency", "grad-x-input"], help="default: ig")
     @argument("--steps", type=int, default=64, help="interpolation points of integrated gradients")
-    @argument("--site", default=None, help="module path whose output is attributed (default: input embeddings)")
+    @argument("--site", default=None, type=str,     # a dotted path (transformer.h.3), not a Python expression
+              help="module path whose output is attributed (default: input embeddings)")
     @argument("--baseline", default=None, help="expression: zeros by default, a tensor, or a prompt of the same "
                                                 "length")
     @argument("--batch-size", type=int, default=16, help="interpolation points run at a time")
