@@ -1,5 +1,7 @@
 """nbgrad.attribute: integrated gradients, saliency and gradient × input, checked against Captum's own
 reference values and models, against plain autograd on `inputs_embeds`, and for completeness."""
+import re
+
 import pytest
 import torch
 from captum.attr import IntegratedGradients, LayerIntegratedGradients
@@ -180,6 +182,13 @@ def test_errors_say_what_to_do(default_model, tiny):
         nbgrad.attribute(model, PROMPT, lambda logits: logits[:, -1])
     with pytest.raises(nbgrad.NbgradError, match="has no get_input_embeddings\\(\\): give site="):
         nbgrad.attribute(OneSite(BasicModel2()), torch.tensor([[3.0, 1.0]]), scalar_output)
+    with pytest.raises(nbgrad.InputError, match=re.escape("site is a list: give one module path "
+                                                          "('transformer.h.3') or a module of the model")):
+        nbgrad.attribute(model, PROMPT, TARGET, site=["transformer.h.0"])
+    with pytest.raises(nbgrad.ModulePathError, match="site is a Linear that is not a module of the model"):
+        nbgrad.attribute(model, PROMPT, TARGET, site=torch.nn.Linear(2, 2))
+    by_module = nbgrad.attribute(model, PROMPT, TARGET, method="saliency", site=model.transformer.h[1])
+    assert by_module.sites == ["transformer.h.1"]
     for token in (580, 99999, -1):
         with pytest.raises(nbgrad.InputError, match=f"token target {token} is outside the model's vocabulary: its "
                                                     f"logits have 580 entries, so token ids are 0–579"):

@@ -174,4 +174,8 @@ def test_errors_say_what_to_do():
         nbgrad.attribution_patching(model, CLEAN, CORRUPT, lambda logits: logits[0, -1])
     with pytest.raises(nbgrad.InputError, match="position 9 is outside the prompt's 7 positions"):
         nbgrad.attribution_patching(model, CLEAN, CORRUPT, logit_difference, positions=[9])
+    for count in (-1, 2.5, True):
+        with pytest.raises(nbgrad.InputError, match=f"check_top is how many of the highest scores to check by exact "
+                                                    f"patching, a whole number of at least 0, not {count!r}"):
+            nbgrad.attribution_patching(model, CLEAN, CORRUPT, logit_difference, check_top=count)
     assert_clean(model, before)

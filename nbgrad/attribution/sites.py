@@ -9,7 +9,8 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from ..errors import ModulePathError, diagnose
+from ..errors import InputError, ModulePathError, diagnose
+from ..errors.naming import a_or_an
 
 
 def canonical(path: str) -> str:
@@ -18,8 +19,16 @@ def canonical(path: str) -> str:
     return path[len("model."):] if path.startswith("model.") else path
 
 
-def resolve(model: nn.Module, path: str) -> tuple:
-    """(name, module) for a module path; negative block indices count from the end."""
+def resolve(model: nn.Module, path) -> tuple:
+    """(name, module) for a module path (negative block indices count from the end) or a module."""
+    if isinstance(path, nn.Module):
+        name = next((n for n, m in model.named_modules() if m is path and n), None)
+        if name is None:
+            raise ModulePathError(f"site is {a_or_an(type(path).__name__)} that is not a module of the model")
+        return name, path
+    if not isinstance(path, str):
+        raise InputError(f"site is {a_or_an(type(path).__name__)}: give one module path ('transformer.h.3') or "
+                         f"a module of the model")
     name, module = canonical(path), model
     for part in [p for p in name.split(".") if p]:
         child = None
