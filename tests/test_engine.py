@@ -266,6 +266,20 @@ def test_unsaved_name_raises_name_error_that_says_to_save(shell, tiny, ids):
     assert ".save()" in str(result.error_in_exec) and "lost" in str(result.error_in_exec)
 
 
+def test_a_container_unbound_for_an_unsaved_value_says_to_save_its_values(shell, tiny, ids):
+    """A dict that holds one saved and one unsaved traced value is unbound (it holds a value of the trace);
+    the NameError says so, and saving each value keeps the dict."""
+    shell.user_ns.update(tiny_model=tiny, ids=ids)
+    mixed = "d = {}\nd['x'] = tiny_model.transformer.h[0].output\nd['y'] = tiny_model.transformer.h[1].output.save()"
+    shell.run_cell_magic("trace", "tiny_model ids -q", mixed)
+    message = str(shell.run_cell("d").error_in_exec)
+    assert message == ("name 'd' is not defined: it was bound inside a %%trace cell to a dict that holds a traced "
+                       "value that was not saved. Save each value you keep in it (`d[...] = ....save()`), and the "
+                       "dict stays after the cell")
+    shell.run_cell_magic("trace", "tiny_model ids -q", mixed.replace("h[0].output", "h[0].output.save()"))
+    assert sorted(shell.user_ns["d"]) == ["x", "y"]
+
+
 def test_graph_option_shows_the_graph_without_running(shell, tiny, ids, capsys):
     shell.user_ns.update(tiny_model=tiny, ids=ids, calls=[])
     handle = tiny.register_forward_hook(lambda *a: shell.user_ns["calls"].append(1))

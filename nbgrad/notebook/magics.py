@@ -274,7 +274,12 @@ def _show_graph(graph, title: str) -> None:
 def _explain_unsaved(shell, etype, value, tb, tb_offset=None):
     """A NameError for a name the last trace bound but did not save says to `.save()` it."""
     name = getattr(value, "name", None)
-    if name and name in unsaved_names(shell.user_ns):
+    kind = unsaved_names(shell.user_ns).get(name) if name else None
+    if kind in ("dict", "list", "tuple", "set"):
+        value.args = (f"name '{name}' is not defined: it was bound inside a %%trace cell to {a_or_an(kind)} that "
+                      f"holds a traced value that was not saved. Save each value you keep in it "
+                      f"(`{name}[...] = ....save()`), and the {kind} stays after the cell",)
+    elif kind is not None:
         value.args = (f"name '{name}' is not defined: it was bound inside a %%trace cell to a traced value "
                       f"that was not saved. Add `.save()` (`{name} = ....save()`) to keep it after the cell",)
     shell.showtraceback((etype, value, tb), tb_offset=tb_offset)

@@ -16,9 +16,10 @@ _MISSING = object()
 _unsaved: dict = {}
 
 
-def unsaved_names(namespace: dict) -> set:
-    """Names the last traces in this namespace bound to traced values that they did not save."""
-    return _unsaved.get(id(namespace), set())
+def unsaved_names(namespace: dict) -> dict:
+    """Names the last traces in this namespace bound to traced values that they did not save -> the type
+    name of the value (a tensor, or a container holding one)."""
+    return _unsaved.get(id(namespace), {})
 
 
 class CellState:
@@ -51,14 +52,14 @@ class CellState:
     def restore_namespace(self, saved_ids) -> None:
         """Unbind the traced values the body bound but did not save (remembering their names), and give
         the runtime slot back to whoever held it."""
-        unsaved = _unsaved.setdefault(id(self.namespace), set())
+        unsaved = _unsaved.setdefault(id(self.namespace), {})
         for name in list(self.before):
             value = self.namespace.get(name, _MISSING)
             if (value is _MISSING or value is self.before[name] or id(value) in saved_ids
                     or not _holds_unsaved(value, saved_ids)):
-                unsaved.discard(name)
+                unsaved.pop(name, None)
             else:
-                unsaved.add(name)
+                unsaved[name] = type(value).__name__
                 del self.namespace[name]
             del self.before[name]
         if self.outer_runtime is _MISSING:
