@@ -338,3 +338,30 @@ def test_a_bad_device_or_dtype_is_refused_before_the_run(tiny, option, says):
         handle.remove()
     assert error.value.line == 1 and ran == []
     assert_clean(tiny, before)
+
+
+def test_a_model_whose_top_module_is_named_model_is_found_by_its_own_paths():
+    """Llama's blocks are `model.layers.N` in `named_modules()`: `cache`, `Cache[...]`, `attribute(site=)` and
+    `attribution_patching(sites=)` take that path as written (they once dropped the `model.` in front, as
+    they do for a notebook path such as `model.transformer.h[3]`, and found nothing); the notebook's own
+    spelling, `model.model.layers[0]`, still works."""
+    from sitemodels import llama
+    model = llama()
+    before = model_state(model)
+    ids = torch.tensor([[3, 14, 15, 92, 65, 35]])
+    namespace = {"model": model}
+    nbgrad.trace(model, ids, "c = cache('model.layers.*')\nd = cache(['model.model.layers[1]'])", namespace)
+    outputs, _, _, _ = hooked(model, ids)
+    cache, other = namespace["c"], namespace["d"]
+    assert [path for path in cache if path.count(".") == 2] == ["model.layers.0", "model.layers.1"]
+    assert list(other) == ["model.layers.1"]
+    torch.testing.assert_close(main_tensor(cache["model.layers.0"]), main_tensor(outputs["model.layers.0"]))
+    assert cache["model.model.layers[0]"] is cache["model.layers.0"]
+    assert cache.stack("model.layers.?").shape[0] == 2
+    by_path = nbgrad.attribute(model, ids, 5, method="saliency", site="model.layers.1")
+    assert by_path.sites == ["model.layers.1"]
+    assert nbgrad.attribute(model, ids, 5, method="saliency", site="model.model.layers[-1]").sites == ["model.layers.1"]
+    patched = nbgrad.attribution_patching(model, ids, ids.flip(-1), lambda logits: logits[0, -1, 5],
+                                          sites="model.layers.?")
+    assert patched.sites == ["model.layers.0", "model.layers.1"]
+    assert_clean(model, before)

@@ -3,20 +3,14 @@ replacing their output with plain forward hooks, and running the model in eval m
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 from collections.abc import Mapping
 
 import torch
 from torch import nn
 
 from ..errors import InputError, ModulePathError, diagnose
-from ..errors.naming import a_or_an
-
-
-def canonical(path: str) -> str:
-    """`model.transformer.h[3]` or `transformer.h[3]` -> `transformer.h.3` (named_modules() style)."""
-    path = path.strip().replace("[", ".").replace("]", "")
-    return path[len("model."):] if path.startswith("model.") else path
+from ..engine.run.cache import matching_names
+from ..errors.naming import a_or_an, path_spellings
 
 
 def resolve(model: nn.Module, path) -> tuple:
@@ -29,33 +23,43 @@ def resolve(model: nn.Module, path) -> tuple:
     if not isinstance(path, str):
         raise InputError(f"site is {a_or_an(type(path).__name__)}: give one module path ('transformer.h.3') or "
                          f"a module of the model")
-    name, module = canonical(path), model
+    spellings = path_spellings(path)
+    for name in spellings:                  # as written, then without the notebook's `model.` in front
+        module = _walk(model, name)
+        if module is not None:
+            return next((n for n, m in model.named_modules() if m is module), name), module
+    raise ModulePathError(f"site '{path}' is not in the model{_nearest(model, spellings[-1])}")
+
+
+def _walk(model: nn.Module, name: str):
+    """The module at a dotted path, or None; negative block indices count from the end."""
+    module = model
     for part in [p for p in name.split(".") if p]:
         child = None
         if isinstance(module, (nn.ModuleList, nn.Sequential)) and part.lstrip("-").isdigit():
             index = int(part)
             child = module[index] if -len(module) <= index < len(module) else None
-            part = str(index % len(module)) if child is not None else part
         elif part in module._modules:
             child = module._modules[part]
         if child is None:
-            raise ModulePathError(f"site '{path}' is not in the model{_nearest(model, name)}")
+            return None
         module = child
-    resolved = next((n for n, m in model.named_modules() if m is module), name)
-    return resolved, module
+    return module
 
 
 def matching(model: nn.Module, sites) -> list:
     """[(name, module)] in model order whose name matches the glob(s) in `sites` (fnmatch: `*` also
     crosses dots, so "transformer.h.*" is every module inside the blocks). The root is never a site."""
     patterns = [sites] if isinstance(sites, str) else list(sites)
-    patterns = [canonical(p) for p in patterns]
-    found = [(name, module) for name, module in model.named_modules()
-             if name and any(fnmatch.fnmatchcase(name, p) for p in patterns)]
-    if not found:
-        shown = ", ".join(repr(p) for p in patterns)
-        raise ModulePathError(f"no module of the model matches sites={shown}{_nearest(model, patterns[0])}")
-    return found
+    names = [name for name, _ in model.named_modules() if name]
+    chosen = set()
+    for pattern in patterns:
+        chosen.update(matching_names(names, pattern))
+    if not chosen:
+        shown = ", ".join(repr(path_spellings(p)[-1]) for p in patterns)
+        raise ModulePathError(f"no module of the model matches sites={shown}"
+                              f"{_nearest(model, path_spellings(patterns[0])[-1])}")
+    return [(name, module) for name, module in model.named_modules() if name in chosen]
 
 
 def _nearest(model: nn.Module, name: str) -> str:

@@ -10,6 +10,16 @@ def a_or_an(word: str) -> str:
     return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
 
 
+def path_spellings(path: str) -> tuple:
+    """How a written module path may name a module of `named_modules()`, in the order to try: as written
+    with brackets as dots (`model.layers.0` in a Llama, whose top module is named `model`), then without
+    the notebook's `model.` in front (`model.transformer.h[3]` -> `transformer.h.3`; `model` -> the root)."""
+    written = path.strip().replace("[", ".").replace("]", "")
+    if written == "model":
+        return written, ""
+    return (written, written[len("model."):]) if written.startswith("model.") else (written,)
+
+
 def module_path(root: str, dotted: str) -> str:
     """`transformer.h.0.attn` under `model` -> `model.transformer.h[0].attn`."""
     return root + "".join(f"[{part}]" if part.isdigit() else f".{part}" for part in dotted.split(".") if part)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 import torch
 
 from ...errors import NbgradError
+from ...errors.naming import path_spellings
 
 
 def main_tensor(value):
@@ -54,8 +55,9 @@ class Cache(Mapping):
         try:
             return self._outputs[path]
         except KeyError:
-            if isinstance(path, str) and _canonical(path) in self._outputs:    # `model.transformer.h[3]`
-                return self._outputs[_canonical(path)]
+            for spelling in path_spellings(path) if isinstance(path, str) else ():   # `model.transformer.h[3]`
+                if spelling in self._outputs:
+                    return self._outputs[spelling]
             raise KeyError(f"{path!r} is not in the cache: the run called no cached module of that path "
                            f"(cached: {_few(self._outputs)})") from None
 
@@ -120,8 +122,10 @@ class Cache(Mapping):
     def paths(self, paths="*") -> list:
         """The cached paths a glob (or a list of paths / globs) names, in forward order."""
         patterns = [paths] if isinstance(paths, str) else list(paths)
-        patterns = [_canonical(p) for p in patterns]
-        chosen = [p for p in self._outputs if any(p == q or fnmatch.fnmatchcase(p, q) for q in patterns)]
+        chosen = set()
+        for pattern in patterns:
+            chosen.update(matching_names(list(self._outputs), pattern))
+        chosen = [p for p in self._outputs if p in chosen]
         if not chosen:
             raise NbgradError(f"Cache: no cached path matches {paths!r} (cached: {_few(self._outputs)})")
         return chosen
@@ -167,10 +171,14 @@ def _per_position(tensor: torch.Tensor, grad, max_positions: int) -> list:
     return [float(v) for v in reduced]
 
 
-def _canonical(path: str) -> str:
-    """`model.transformer.h[3]` -> `transformer.h.3`, as `named_modules()` writes it."""
-    path = path.strip().replace("[", ".").replace("]", "")
-    return path[len("model."):] if path.startswith("model.") else ("" if path == "model" else path)
+def matching_names(names: list, pattern: str) -> list:
+    """The names a path or glob matches, as written first, else without the notebook's `model.` in front
+    (see `path_spellings`)."""
+    for spelling in path_spellings(pattern):
+        found = [name for name in names if name == spelling or fnmatch.fnmatchcase(name, spelling)]
+        if found:
+            return found
+    return []
 
 
 def _few(paths, count: int = 4) -> str:

@@ -4,15 +4,14 @@ tensor when a backward pass of the cell starts."""
 from __future__ import annotations
 
 import weakref
-import fnmatch
 from collections.abc import Iterator, Mapping
 
 import torch
 from torch import nn
 
 from ...errors import ModulePathError, NbgradError, diagnose
-from ...errors.naming import a_or_an
-from .cache import Cache, Calls, _canonical, main_tensor
+from ...errors.naming import a_or_an, path_spellings
+from .cache import Cache, Calls, main_tensor, matching_names
 
 
 def start_cache(runtime, line: int, modules="*", *, inputs: bool = False, grads: bool = False, device=None,
@@ -70,14 +69,14 @@ def matching_modules(model: nn.Module, modules, line: int) -> list:
         if isinstance(item, nn.Module):
             found = [name for name, module in named if module is item]
             if not found:
-                raise ModulePathError(f"cache(...): {a_or_an(type(item).__name__)} that is not part of the traced model",
-                                      line)
+                raise ModulePathError(f"cache(...): {a_or_an(type(item).__name__)} that is not part of the traced "
+                                      f"model", line)
         elif isinstance(item, str):
-            pattern = _canonical(item)
-            found = [name for name, _ in named if name == pattern or fnmatch.fnmatchcase(name, pattern)]
+            found = matching_names([name for name, _ in named], item)
             if not found:
                 raise ModulePathError(f"cache(...): no module of the model matches {item!r}"
-                                      f"{diagnose.nearest_modules([n for n, _ in named], pattern)}", line)
+                                      f"{diagnose.nearest_modules([n for n, _ in named], path_spellings(item)[-1])}",
+                                      line)
         else:
             raise NbgradError(f"cache(modules=...) takes a glob, a module path, a module or a list of them, "
                               f"not {a_or_an(type(item).__name__)}", line)
