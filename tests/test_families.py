@@ -2,6 +2,7 @@
 `config.architectures`) and traces like plain forward hooks and `torch.autograd.grad` on the same weights,
 in float32, bfloat16 and float16."""
 import json
+import re
 
 import pytest
 import torch
@@ -107,8 +108,12 @@ def test_checkpoint_without_tokenizer_loads_with_a_one_line_note(tmp_path, capsy
     with torch.no_grad():
         plain = model(ids, output_hidden_states=True).hidden_states[1]     # after layer 0
     torch.testing.assert_close(result.saved["h"].detach(), plain)
-    with pytest.raises(nbgrad.InputError, match="a text INPUT needs a tokenizer"):
+    says = (f"a text INPUT needs a tokenizer, and nbgrad.load_model({str(tmp_path)!r}) found none saved with the "
+            f"model: save one there")       # not "load the model with nbgrad.load_model": it was
+    with pytest.raises(nbgrad.InputError, match=re.escape(says)):
         nbgrad.trace(model, "Hello", "h = model.model.layers[1].output.save()")
+    with pytest.raises(nbgrad.InputError, match=re.escape(says)):
+        nbgrad.trace(model, None, "with invoke('Hello'):\n    h = model.model.layers[1].output.save()")
 
 
 def test_image_model_gets_its_image_processor(checkpoints):

@@ -13,6 +13,7 @@ from torch import nn
 from ..errors import InputError
 from .byid import weakly
 from .inputs import call_arguments, input_device
+from .loading import no_tokenizer_message
 from .limits import check_token_range
 
 
@@ -118,8 +119,7 @@ def _text_batch(values: list, invokes: list, model: nn.Module, tokenizer) -> tup
     input device. This runs before every cell with invokes, so the batch is kept per set of INPUTs and
     each call gets its own copy (a cell may edit its inputs in place)."""
     if tokenizer is None:
-        raise InputError("a text INPUT needs a tokenizer: load the model with nbgrad.load_model, pass "
-                         "--tokenizer EXPR, or give the model a `tokenizer` attribute", invokes[0].line)
+        raise InputError(no_tokenizer_message(model), invokes[0].line)
     pad = tokenizer.pad_token_id
     pad = pad if pad is not None else (tokenizer.eos_token_id or 0)
     key = (tuple(value if isinstance(value, str) else tuple(value) for value in values)

@@ -12,7 +12,7 @@ from ..engine.run import moduletree
 from ..errors import InputError
 from ..errors.naming import a_or_an
 from .limits import check_token_ids, input_embeddings
-from .loading import processor_for
+from .loading import no_tokenizer_message, processor_for
 
 # (id(ids), id(model)) -> (ids, their version, model, structure version, input embeddings) of the last few
 # id tensors whose check passed, held weakly: a loop of cells on the same ids checks them once.
@@ -59,7 +59,7 @@ def call_arguments(value, model: nn.Module, tokenizer=None) -> tuple:
 def _general_arguments(value, model: nn.Module, tokenizer) -> tuple:
     if _is_image(value) or (isinstance(value, list) and value and all(map(_is_image, value))):
         value = _processed(value, model)
-    args, kwargs = _arguments(value, tokenizer)
+    args, kwargs = _arguments(value, tokenizer, model)
     check_token_ids(input_ids_of(args, kwargs), model)
     device = input_device(model)
     if device is not None:
@@ -68,7 +68,7 @@ def _general_arguments(value, model: nn.Module, tokenizer) -> tuple:
     return args, kwargs
 
 
-def _arguments(value, tokenizer) -> tuple:
+def _arguments(value, tokenizer, model=None) -> tuple:
     """INPUT as (args, kwargs), still where the user made them; an INPUT with nothing in it is refused."""
     if value is None:
         raise InputError(f"missing INPUT: write `%%trace MODEL INPUT`, or put `with invoke(INPUT):` blocks in "
@@ -76,7 +76,7 @@ def _arguments(value, tokenizer) -> tuple:
     if isinstance(value, list) and not value:
         raise InputError("INPUT is an empty list: give at least one prompt (a list of strings is one batch)")
     if isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value)):
-        return (), _encode(value, tokenizer)
+        return (), _encode(value, tokenizer, model)
     if isinstance(value, torch.Tensor):
         if value.numel() == 0:
             raise InputError(f"INPUT is an empty tensor (shape {tuple(value.shape)}): nothing to run the model on")
@@ -102,10 +102,9 @@ def _processed(images, model: nn.Module) -> dict:
     return dict(processor(images=images, return_tensors="pt"))
 
 
-def _encode(text, tokenizer) -> dict:
+def _encode(text, tokenizer, model=None) -> dict:
     if tokenizer is None:
-        raise InputError("a text INPUT needs a tokenizer: load the model with nbgrad.load_model, pass "
-                         "--tokenizer EXPR, or give the model a `tokenizer` attribute")
+        raise InputError(no_tokenizer_message(model))
     if all(not part for part in ([text] if isinstance(text, str) else text)):
         what = "an empty string" if isinstance(text, str) else "a list of empty strings"
         raise InputError(f"INPUT is {what}: there is no text to run the model on")

@@ -35,6 +35,18 @@ def load_model(name_or_path: str | None = None, **kwargs) -> nn.Module:
     return model
 
 
+def no_tokenizer_message(model: nn.Module) -> str:
+    """Why a text INPUT cannot be run, and what to do: the checkpoint `load_model` read had no tokenizer, or
+    the model did not come from `load_model`."""
+    loaded = _load_arguments.get(model)
+    if loaded is not None and loaded[0] is not None:
+        return (f"a text INPUT needs a tokenizer, and nbgrad.load_model({loaded[0]!r}) found none saved with the "
+                f"model: save one there (`tokenizer.save_pretrained(...)`), pass --tokenizer EXPR, or give INPUT "
+                f"as token ids (a tensor)")
+    return ("a text INPUT needs a tokenizer: load the model with nbgrad.load_model, pass --tokenizer EXPR, or "
+            "give the model a `tokenizer` attribute")
+
+
 def load_arguments(model: nn.Module):
     """(name_or_path, keywords) that `load_model` was called with for this model, or None."""
     return _load_arguments.get(model)
