@@ -151,3 +151,17 @@ def test_source_of_something_that_is_not_a_module_or_function_says_what_it_takes
         nbgrad.source(torch.relu)
     result = shell.run_cell("%source")
     assert "%source MODULE: give a module" in str(result.error_in_exec or result.error_before_exec)
+
+
+def test_source_of_a_site_path_or_an_unknown_name_says_what_to_give(shell):
+    """Outside a %%trace cell a module has no `.source` (it is the cell's code, rewritten): `%source` of a site
+    path says which listing to ask for instead of an AttributeError from torch; an unknown name is one line."""
+    shell.run_cell("import nbgrad\nmodel = nbgrad.load_model()")
+    site = shell.run_cell("%source model.transformer.h[0].attn.source.attention_interface_1")
+    assert str(site.error_in_exec or site.error_before_exec) == (
+        "`model.transformer.h[0].attn.source.attention_interface_1` is a site, and `.source` exists only inside a "
+        "%%trace cell. `%source model.transformer.h[0].attn` lists the sites of its forward; the function a call "
+        "site calls is known only while the model runs: give that function to %source")
+    unknown = shell.run_cell("%source modle.transformer.h[0]")
+    assert str(unknown.error_in_exec) == ("MODULE `modle.transformer.h[0]` could not be evaluated: NameError: name "
+                                          "'modle' is not defined")

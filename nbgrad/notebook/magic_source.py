@@ -5,6 +5,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
 from ..engine.run.listing import listing
+from ..errors import InputError
 
 
 @magics_class
@@ -17,5 +18,14 @@ class SourceMagics(Magics):
         expression = line.strip()
         if not expression:
             raise UsageError("%source MODULE: give a module (model.transformer.h[0].attn) or a function")
-        target = eval(expression, self.shell.user_ns)
+        owner, is_site, _ = expression.partition(".source.")
+        if is_site:         # `M.source.SITE` exists in a %%trace cell's code only: outside, M has no `.source`
+            raise UsageError(f"`{expression}` is a site, and `.source` exists only inside a %%trace cell. "
+                             f"`%source {owner}` lists the sites of its forward; the function a call site calls "
+                             f"is known only while the model runs: give that function to %source")
+        try:
+            target = eval(expression, self.shell.user_ns)
+        except Exception as error:
+            raise InputError(f"MODULE `{expression}` could not be evaluated: {type(error).__name__}: "
+                             f"{error}") from error
         print(listing(target))
