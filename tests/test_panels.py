@@ -24,6 +24,16 @@ def test_summary_line_values(default_model):
     assert "NaN=1 Inf=1" in repr(show(x, "x"))
 
 
+def test_a_tensor_without_values_is_shown_by_its_shape_and_says_why():
+    """A meta tensor (a model made without its weights) has a shape and a dtype but no values: the panel
+    shows those and says so, where reading its statistics raised torch's "cannot be called on meta tensors"."""
+    panel = show(torch.empty(3, 4, device="meta"), "w")
+    item = panel.items[0]
+    assert item["summary"]["shape"] == [3, 4] and item["summary"]["device"] == "meta" and "min" not in item["summary"]
+    assert item["heatmap"] is None and item["histogram"] is None and "a shape without values" in item["note"]
+    assert "meta" in repr(panel) and "a shape without values" in panel._repr_mimebundle_()["text/html"]
+
+
 def test_trace_panel_has_every_saved_value_and_pairs_gradients(default_model):
     result = nbgrad.trace(default_model, "The cat sat on the mat", """
 hs = model.transformer.h[2].output.save()

@@ -30,7 +30,7 @@ def summary(tensor: torch.Tensor) -> dict:
             "requires_grad": bool(tensor.requires_grad),
             "grad_fn": type(tensor.grad_fn).__name__ if tensor.grad_fn is not None else None,
             "numel": data.numel()}
-    if data.numel() == 0 or data.is_complex() or data.dtype == torch.bool:
+    if data.numel() == 0 or data.is_complex() or data.dtype == torch.bool or data.is_meta:
         return info
     values = data.double() if data.is_floating_point() else data.to(torch.float64)
     finite = torch.isfinite(values)
@@ -148,6 +148,10 @@ def tensor_item(name: str, tensor: torch.Tensor, *, kind: str = "activation", pa
         if token_axis is None and tensor.dim() >= 1 and tensor.shape[0] == len(tokens):
             token_axis = 0
     stats = summary(tensor)
+    if tensor.is_meta:          # a shape and a dtype, no values: nothing to draw
+        meta = "on the meta device: a shape without values (a model made without its weights)"
+        return {"name": name, "kind": kind, "partner": partner, "note": f"{note}; {meta}" if note else meta,
+                "summary": stats, "heatmap": None, "histogram": None, "topk": None}
     signed = stats.get("min") is not None and stats["min"] < 0 < stats["max"]   # finite values, whole tensor
     item = {"name": name, "kind": kind, "partner": partner, "note": note, "summary": stats,
             "heatmap": heatmap(tensor, token_axis, tokens, signed), "histogram": histogram(tensor),
