@@ -242,6 +242,9 @@ def test_python_requirement_is_declared():
 @pytest.mark.parametrize("source, message", [
     ("f = lambda: model.transformer.h[0].output\nx = f()",
      "line 1: `.output` inside a function that nbgrad cannot pause in (a lambda, a decorated or nested function"),
+    ("def layers():\n    yield model.transformer.h[0].output\nx = list(layers())",      # its yields are its own
+     "line 2: `.output` inside a function that nbgrad cannot pause in (a lambda, a decorated or nested function, "
+     "a generator"),
     ("class Probe:\n    kept = model.transformer.h[0].output",
      "line 2: `.output` inside a class body: nbgrad cannot pause there. Read the value in the cell"),
     ("x = 1\ndel model.transformer.h[0].output",

@@ -145,10 +145,11 @@ def _is_traced_method(call: ast.Call, traced: set) -> bool:
 
 
 def can_pause_in(stmt: ast.AST) -> bool:
-    """A plain `def` (no decorators) whose body uses module events: the cell's direct calls of it pause
-    at those events like the cell's own statements."""
+    """A plain `def` (no decorators, not a generator: its twin's pauses are yields of its own) whose body
+    uses module events: the cell's direct calls of it pause at those events like the cell's own statements."""
     return (isinstance(stmt, ast.FunctionDef) and not stmt.decorator_list
-            and any(isinstance(n, ast.Attribute) and n.attr in MODULE_EVENTS for n in ast.walk(stmt)))
+            and any(isinstance(n, ast.Attribute) and n.attr in MODULE_EVENTS for n in ast.walk(stmt))
+            and not any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in walk_cell_level(stmt)))
 
 
 def walk_cell_level(node: ast.AST):

@@ -176,7 +176,8 @@ class Rewriter(ast.NodeTransformer):
         for inner in ast.walk(node):
             if isinstance(inner, ast.Attribute) and inner.attr in MODULE_EVENTS:
                 raise NbgradError(f"`.{inner.attr}` inside a function that nbgrad cannot pause in (a lambda, "
-                                  f"a decorated or nested function, or one defined inside another statement). "
+                                  f"a decorated or nested function, a generator, or one defined inside another "
+                                  f"statement). "
                                   f"Define it with `def` at the top level of the cell and call it there, or "
                                   f"read the value in the cell and pass it to the function", inner.lineno)
         return node
