@@ -68,7 +68,7 @@ def _general_arguments(value, model: nn.Module, tokenizer) -> tuple:
     return args, kwargs
 
 
-def _arguments(value, tokenizer, model=None) -> tuple:
+def _arguments(value, tokenizer, model: nn.Module) -> tuple:
     """INPUT as (args, kwargs), still where the user made them; an INPUT with nothing in it is refused."""
     if value is None:
         raise InputError(f"missing INPUT: write `%%trace MODEL INPUT`, or put `with invoke(INPUT):` blocks in "
@@ -102,7 +102,7 @@ def _processed(images, model: nn.Module) -> dict:
     return dict(processor(images=images, return_tensors="pt"))
 
 
-def _encode(text, tokenizer, model=None) -> dict:
+def _encode(text, tokenizer, model: nn.Module) -> dict:
     if tokenizer is None:
         raise InputError(no_tokenizer_message(model))
     if all(not part for part in ([text] if isinstance(text, str) else text)):

@@ -13,6 +13,8 @@ import re
 
 from IPython.core.error import UsageError
 
+from ..errors import InputError
+
 _OPTION = re.compile(r"--[A-Za-z][\w-]*(=.*)?|-[A-Za-z]", re.DOTALL)
 _CLOSING = {"(": ")", "[": "]", "{": "}"}
 
@@ -102,6 +104,14 @@ def _option_word(magic, name: str, action, value: str, has_value: bool) -> str:
 
 def _magic_name(magic) -> str:
     return getattr(magic, "__name__", "magic")
+
+
+def evaluate(text: str, namespace: dict, what: str):
+    """A magic line's expression, evaluated in the notebook; what it raises becomes one InputError line."""
+    try:
+        return eval(text, namespace)
+    except Exception as error:
+        raise InputError(f"{what} `{text}` could not be evaluated: {type(error).__name__}: {error}") from error
 
 
 def is_expression(text: str) -> bool:

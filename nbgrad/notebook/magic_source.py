@@ -5,7 +5,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
 from ..engine.run.listing import listing
-from ..errors import InputError
+from .magic_line import evaluate
 
 
 @magics_class
@@ -23,9 +23,4 @@ class SourceMagics(Magics):
             raise UsageError(f"`{expression}` is a site, and `.source` exists only inside a %%trace cell. "
                              f"`%source {owner}` lists the sites of its forward; the function a call site calls "
                              f"is known only while the model runs: give that function to %source")
-        try:
-            target = eval(expression, self.shell.user_ns)
-        except Exception as error:
-            raise InputError(f"MODULE `{expression}` could not be evaluated: {type(error).__name__}: "
-                             f"{error}") from error
-        print(listing(target))
+        print(listing(evaluate(expression, self.shell.user_ns, "MODULE")))

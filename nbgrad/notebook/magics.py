@@ -9,10 +9,10 @@ from IPython.core.magic_arguments import argument, kwds, magic_arguments
 
 from .. import api
 from ..engine.run import checks
-from ..errors import InputError, NbgradError, for_the_cell
+from ..errors import NbgradError, for_the_cell
 from ..errors.naming import a_or_an
 from ..engine.run.cellstate import unsaved_names
-from .magic_line import is_expression, split_line
+from .magic_line import evaluate, is_expression, split_line
 from .over import dataset_options, over_arguments, trace_over_line
 
 
@@ -228,10 +228,7 @@ class NbgradMagics(Magics):
         return model
 
     def _evaluate(self, text: str, what: str):
-        try:
-            return eval(text, self.shell.user_ns)
-        except Exception as error:
-            raise InputError(f"{what} `{text}` could not be evaluated: {type(error).__name__}: {error}") from error
+        return evaluate(text, self.shell.user_ns, what)
 
     def _display(self, result, quiet: bool, model, title: str = "") -> None:
         from . import comm

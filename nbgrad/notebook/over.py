@@ -4,6 +4,7 @@ from __future__ import annotations
 from IPython.core.magic_arguments import argument
 
 from .. import datasets
+from ..engine.run.checks import DATASET_DEFAULTS
 from ..errors import InputError
 
 _OPTIONS = (
@@ -43,9 +44,9 @@ def trace_over_line(magics, model, model_name: str, input_text, args, cell: str,
     dataset = magics._evaluate(args.over, "--over")
     factory = magics._evaluate(args.model_factory, "--model-factory") if args.model_factory else None
     out = args.out.strip("'\"") if args.out else None
-    batch_size = 8 if args.batch_size is None else args.batch_size
+    batch_size = DATASET_DEFAULTS["batch_size"] if args.batch_size is None else args.batch_size
     result = datasets.trace(model, None, cell, magics.shell.user_ns, over=dataset, batch_size=batch_size,
-                            out=out, engine=args.engine or "local", workers=args.workers,
+                            out=out, engine=args.engine or DATASET_DEFAULTS["engine"], workers=args.workers,
                             column=args.column.strip("'\"") if args.column else None,
                             model_factory=factory, no_grad=args.no_grad, tokenizer=tokenizer)
     if not args.quiet and result.saved:
