@@ -59,6 +59,7 @@ test: install
 
 bench: install
 	$(PY) bench/overhead.py
+	$(PY) bench/phases.py
 	$(PY) bench/generate.py
 	$(PY) bench/memory.py
 	$(PY) bench/panels.py

@@ -5,6 +5,7 @@ import collections
 import gc
 import os
 import sys
+import time
 import weakref
 
 import pytest
@@ -132,3 +133,28 @@ def test_the_graph_is_drawn_when_read_and_the_result_keeps_no_unsaved_value(defa
     woken = [(run.line, run.woke_by, run.phase) for run in runs if run.woke_by]
     assert woken == [(1, "model.transformer.h[0].output", "forward"), (2, "model.transformer.h[-1].output", "forward")]
     assert result.graph is result.graph                                  # drawn once
+
+
+def test_the_phase_split_of_a_run_covers_it_and_leaves_the_model_as_it_was(default_model):
+    """bench/phases.py splits a run at the model's forward: the three parts are this run's and lie inside it, for a
+    cell with a hook of its own on the model too, and the clock leaves no hook behind."""
+    sys.path.insert(0, os.path.join(os.path.dirname(PACKAGE_DIR.rstrip(os.sep)), "bench"))
+    from phases import Clock, split
+    from helpers import hook_count
+    ids = nbgrad.tokenizer_for(default_model)("The capital of France is", return_tensors="pt")["input_ids"]
+    hooks_before = hook_count(default_model)
+    clock = Clock(default_model)
+    try:
+        for source in (ONE_READ, "logits = model.output.logits.save()"):
+            clock.start = clock.end = None
+            began = time.perf_counter()
+            parts = clock.phases(lambda: nbgrad.trace(default_model, ids, source))
+            total = time.perf_counter() - began
+            assert all(part > 0 for part in parts) and sum(parts) <= total, (source, parts, total)
+    finally:
+        clock.close()
+    assert hook_count(default_model) == hooks_before
+    mine, theirs = split(default_model, lambda: nbgrad.trace(default_model, ids, ONE_READ),
+                         lambda: default_model(ids), runs=3)
+    assert len(mine) == len(theirs) == 3 and all(part > 0 for part in mine + theirs)
+    assert hook_count(default_model) == hooks_before
