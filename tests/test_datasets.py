@@ -243,6 +243,14 @@ def test_out_refuses_a_folder_of_another_cell(default_model, tmp_path):
                      over=["x"], out=tmp_path)
 
 
+def test_out_refuses_a_file(default_model, tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(nbgrad.NbgradError, match=r"--out .*notes.txt is a file, not a folder: give a folder"):
+        nbgrad.trace(default_model, None, "a = model.transformer.h[0].output[:, -1].save()", {"model": default_model},
+                     over=["x"], out=tmp_path / "notes.txt")
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
 def test_the_magic_takes_a_folder_and_a_column(shell, tmp_path):
     datasets = pytest.importorskip("datasets")
     shell.run_cell("model = nbgrad.load_model()")
@@ -289,8 +297,12 @@ def test_sites_and_a_cache_in_the_body_are_each_examples_own(default_model):
 
 
 @pytest.mark.parametrize("option, says", [({"workers": 2}, "--workers is for --engine ray"),
-                                          ({"model_factory": lambda: None}, "--model-factory is for --engine ray")])
-def test_ray_options_on_a_local_run_are_refused(default_model, option, says):
+                                          ({"model_factory": lambda: None}, "--model-factory is for --engine ray"),
+                                          ({"workers": 0, "engine": "ray"},
+                                           "--workers must be a positive integer, not 0"),
+                                          ({"workers": 1.5, "engine": "ray"},
+                                           "--workers must be a positive integer, not 1.5")])
+def test_ray_options_on_a_local_run_or_of_no_use_are_refused(default_model, option, says):
     before = model_state(default_model)
     with pytest.raises(nbgrad.NbgradError, match=says):
         nbgrad.trace(default_model, None, "h = model.transformer.h[0].output.save()", {"model": default_model},

@@ -60,6 +60,8 @@ def trace_over(model, source: str, namespace: dict | None, over, *, batch_size: 
 def _check_engine(engine: str, workers, model_factory) -> None:
     if engine not in ENGINES:
         raise ArgumentError(f"--engine is 'local' or 'ray', not {engine!r}")
+    if workers is not None and (type(workers) is not int or workers < 1):
+        raise ArgumentError(f"--workers must be a positive integer, not {workers!r}")
     if engine == "local" and (workers is not None or model_factory is not None):
         option = "--workers" if workers is not None else "--model-factory"
         raise ArgumentError(f"{option} is for --engine ray (workers that each load a model); this run is local: "

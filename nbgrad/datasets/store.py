@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file, safe_open
 
-from ..errors import NbgradError
+from ..errors import ArgumentError, NbgradError
 from ..errors.naming import a_or_an
 
 INDEX = "index.json"
@@ -29,7 +29,13 @@ class Store:
 
     def __init__(self, folder, source: str, batch_size: int):
         self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        if self.folder.exists() and not self.folder.is_dir():
+            raise ArgumentError(f"--out {folder} is a file, not a folder: give a folder (made if missing), where each "
+                                f"batch's values are written")
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ArgumentError(f"--out {folder}: the folder cannot be made ({error.strerror or error})") from error
         self.cell = hashlib.sha256(source.strip().encode()).hexdigest()[:16]
         self.batch_size = batch_size
         index = self._read_index()
