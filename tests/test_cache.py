@@ -365,3 +365,56 @@ def test_a_model_whose_top_module_is_named_model_is_found_by_its_own_paths():
                                           sites="model.layers.?")
     assert patched.sites == ["model.layers.0", "model.layers.1"]
     assert_clean(model, before)
+
+
+CACHE_READ_AFTER = """
+c = cache("transformer.h.*", grads=True)
+n = len(c)
+diff = (c["transformer.h.1"] - c["transformer.h.0"]).norm().save()
+loss = model.output.logits[0, -1].max()
+with loss.backward():
+    g = c.grads["transformer.h.0"].save()
+    n_grads = len(c.grads)
+"""
+
+
+def test_a_statement_that_reads_the_cache_and_waits_for_no_event_runs_once_it_is_whole(tiny):
+    """A cache fills as the model runs. A statement that reads it and waits for no event of its own (`len(c)`,
+    a difference of two entries) runs after the forward pass, wherever it is written; inside a backward block,
+    after that pass, when `c.grads` is whole. Before, it ran before the model and saw an empty cache."""
+    before = model_state(tiny)
+    ns = {"model": tiny}
+    result = nbgrad.trace(tiny, IDS, CACHE_READ_AFTER, ns)
+    tiny.zero_grad()
+    names = [n for n, _ in tiny.named_modules() if n.startswith("transformer.h.")]
+    outputs, _, grads, _ = hooked(tiny, IDS, names, loss=lambda out: out.logits[0, -1].max())
+    tiny.zero_grad()
+    assert ns["n"] == len(outputs) > 8
+    assert torch.allclose(result.saved["diff"], (outputs["transformer.h.1"] - outputs["transformer.h.0"]).norm())
+    assert torch.allclose(result.saved["g"], grads["transformer.h.0"])
+    assert ns["n_grads"] == len(grads)
+    # The backward pass runs inside the model's call (from its own output's hook): the statements that read the
+    # cache start after that call has returned, those in the block once the pass is over
+    runs = [(run.line, run.woke_by, run.phase) for run in result.graph.runs]
+    assert runs == [(2, None, "before the model runs"), (5, None, "before the model runs"),
+                    (5, "model.output", "forward"), (6, None, "forward"), (7, None, "forward"), (8, None, "forward"),
+                    (3, None, "after the forward pass"), (4, None, "after the forward pass")]
+    text = str(nbgrad.trace(tiny, IDS, CACHE_READ_AFTER, {"model": tiny}, graph=True).graph)
+    assert text.count("after the forward pass (it reads a cache, whole only then)") == 2
+    assert text.count("after its backward pass (it reads a cache, whose gradients are whole only then)") == 2
+    assert_clean(tiny, before)
+
+
+def test_a_statement_that_reads_an_entry_not_cached_yet_says_why(tiny):
+    """A statement with an event of its own runs at that event: an entry the model has not reached by then is
+    missing, and the error says so and what to write instead (not that the run never called the module)."""
+    before = model_state(tiny)
+    with pytest.raises(KeyError, match=r"'transformer.h.1' is not in the cache yet: this statement ran before the "
+                                       r"model called that module.*read the module's own `.output` here"):
+        nbgrad.trace(tiny, IDS, 'c = cache("transformer.h.*")\nmodel.transformer.h[0].output[:] = c["transformer.h.1"]',
+                     {"model": tiny})
+    assert_clean(tiny, before)
+    ns = {"model": tiny}
+    nbgrad.trace(tiny, IDS, 'c = cache("transformer.h.0")', ns)
+    with pytest.raises(KeyError, match="'transformer.h.1' is not in the cache: the run called no cached module"):
+        ns["c"]["transformer.h.1"]

@@ -172,7 +172,7 @@ def sweep(make_runner, cell) -> list:
 
 def repair(namespace, make_runner):
     """A clean slate after a run that left a mess: a new model, no stale runtime, no stale names."""
-    runtime._active().clear()
+    runtime._local.runtimes.clear()
     runtime._tracing.clear()
     for name in [n for n in namespace if n.startswith("__nbgrad") or n in CELL_NAMES]:
         del namespace[name]

@@ -110,7 +110,7 @@ def test_an_interrupt_at_any_line_leaves_nothing():
             interrupted += 1
         finally:
             model.zero_grad(set_to_none=True)
-        runtime._active().clear()
+        runtime._local.runtimes.clear()
         assert_clean(model, forwards)
     assert interrupted > 100
     cell()

@@ -14,8 +14,8 @@ from functools import lru_cache
 
 from .cellast import (MODULE_EVENTS, calls_nothing, can_pause_in, generator_function, is_backward_block,
                       is_backward_call, is_invoke_block, is_path, loop_sources, position, walk_cell_level)
-from .dataflow import (add_dependencies, augmented_names, bound_names, grad_only_names, read_names, stored_names,
-                       written_events)
+from .dataflow import (add_dependencies, augmented_names, bound_names, cache_names, grad_only_names,
+                       mark_cache_readers, read_names, stored_names, written_events)
 from ...errors import NbgradError, register_cell_source
 from .loops import is_module_iterable, loop_filters
 from .graph import BackwardPass, EventUse, HookGraph, Node
@@ -101,13 +101,14 @@ class _Builder:
         stored_anywhere = set().union(*(stored_names(stmt) for stmt, _, _ in flat))
         free = frozenset().union(*(read_names(stmt) for stmt, _, _ in flat)) - all_bound - stored_anywhere
         helper_globals = self._helper_globals() - all_bound
-        free |= helper_globals
-        self.free = free
+        self.free = free = free | helper_globals
+        caches = frozenset() if "cache" in all_bound else cache_names(stmt for stmt, _, _ in flat)   # not rewritten yet
         nodes = [self._compile_node(index, *entry) for index, entry in enumerate(flat)]
         specs = [node.spec for node in nodes]
         add_dependencies(specs)
         for index in stopping:     # "stop here": once what the cell asked for above has run
             specs[index].deps = tuple(range(index))
+        mark_cache_readers(specs, caches)
         graph = HookGraph(nodes=specs, passes=self.passes)
         bound = frozenset(n for n in all_bound if not n.startswith(TEMP_PREFIX))
         return Program(self.source, self.mode, self.filename, graph, nodes, self.uses,

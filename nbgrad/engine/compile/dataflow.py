@@ -160,3 +160,21 @@ def add_dependencies(specs: list) -> None:
             elif earlier.starts_passes and (later.starts_passes or not reads_grads) and later.block is None:
                 deps.append(earlier.index)
         later.deps = tuple(deps)
+
+
+def cache_names(statements) -> frozenset:
+    """Names bound to a `cache(...)` of the run (`c = cache(...)`), among the cell's statements."""
+    return frozenset(stmt.targets[0].id for stmt in statements
+                     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                     and isinstance(stmt.targets[0], ast.Name) and isinstance(stmt.value, ast.Call)
+                     and isinstance(stmt.value.func, ast.Name) and stmt.value.func.id == "cache")
+
+
+def mark_cache_readers(specs: list, cache_names: frozenset) -> None:
+    """A cache fills as the model runs (and its gradients as the backward pass does), so a statement that reads
+    one and waits for no event of its own would see it empty. It starts once the cache is whole instead: after
+    the forward pass, or, inside `with LOSS.backward():`, after that pass. A statement with events of its own
+    runs when they come, and sees what the run has cached by then."""
+    for spec in specs:
+        if spec.reads & cache_names and not spec.events:
+            spec.after = "forward" if spec.block is None else "pass"

@@ -18,6 +18,11 @@ class EventUse:
         return f"{self.target}.{self.kind}"
 
 
+# What a statement that reads a cache and waits for no event waits for instead (Node.after), in words
+CACHE_WAITS = {"forward": "after the forward pass (it reads a cache, whole only then)",
+               "pass": "after its backward pass (it reads a cache, whose gradients are whole only then)"}
+
+
 @dataclass
 class Node:
     index: int
@@ -33,6 +38,9 @@ class Node:
     block: int | None = None         # backward pass whose `with` block holds this node
     starts_passes: tuple = ()        # backward passes this node runs
     invoke: int | None = None        # the `with invoke(...)` block that holds this node
+    # A statement that reads a `cache(...)` of the cell and waits for no event of its own starts once the cache
+    # is whole: "forward" (after the forward pass), or "pass" (inside `with LOSS.backward():`, after that pass)
+    after: str | None = None
 
 
 @dataclass
@@ -82,17 +90,7 @@ class HookGraph:
                 lines.append(f"  pass {bw.index}: line {bw.line} ({shape}) {bw.source}")
         lines.append("nodes:")
         for node in self.nodes:
-            needs = [f"{e.describe()}" for e in node.events]
-            after = [f"node {d} (line {self.nodes[d].line})" for d in node.deps]
-            lines.append(f"  node {node.index} (line {node.line}): {node.source.splitlines()[0]}")
-            if needs:
-                lines.append(f"      waits for: {', '.join(dict.fromkeys(needs))}")
-            if after:
-                lines.append(f"      after: {', '.join(after)}")
-            if node.block is not None:
-                lines.append(f"      inside backward pass {node.block}")
-            if node.invoke is not None:
-                lines.append(f"      inside invoke {node.invoke} (its rows of the batch)")
+            lines.extend(self._node_lines(node))
         lines.append("edges:")
         lines.extend(f"  {edge}" for edge in self.edges() or ["(none)"])
         if self.runs:
@@ -102,6 +100,23 @@ class HookGraph:
         if self.failed is not None:
             lines.append(f"failed: node {self.failed} (line {self.nodes[self.failed].line})")
         return "\n".join(lines)
+
+    def _node_lines(self, node: Node) -> list:
+        """A statement in `to_text`: its line, and what it waits for."""
+        lines = [f"  node {node.index} (line {node.line}): {node.source.splitlines()[0]}"]
+        needs = [f"{e.describe()}" for e in node.events]
+        after = [f"node {d} (line {self.nodes[d].line})" for d in node.deps]
+        if needs:
+            lines.append(f"      waits for: {', '.join(dict.fromkeys(needs))}")
+        if after:
+            lines.append(f"      after: {', '.join(after)}")
+        if node.block is not None:
+            lines.append(f"      inside backward pass {node.block}")
+        if node.invoke is not None:
+            lines.append(f"      inside invoke {node.invoke} (its rows of the batch)")
+        if node.after is not None:
+            lines.append(f"      {CACHE_WAITS[node.after]}")
+        return lines
 
     def edges(self) -> list:
         """`event -> node` where a node waits for an event, `node -> node` where one needs another's names."""
@@ -121,7 +136,7 @@ class HookGraph:
         return {
             "nodes": [{"index": n.index, "line": n.line, "source": n.source,
                        "reads": sorted(n.reads), "binds": sorted(n.binds),
-                       "deps": list(n.deps), "block": n.block, "invoke": n.invoke,
+                       "deps": list(n.deps), "block": n.block, "invoke": n.invoke, "after": n.after,
                        "events": [{"kind": e.kind, "target": e.target, "line": e.line,
                                    "write": e.write} for e in n.events]}
                       for n in self.nodes],

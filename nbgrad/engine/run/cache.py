@@ -58,8 +58,19 @@ class Cache(Mapping):
             for spelling in path_spellings(path) if isinstance(path, str) else ():   # `model.transformer.h[3]`
                 if spelling in self._outputs:
                     return self._outputs[spelling]
+            if self._filling():
+                raise KeyError(f"{path!r} is not in the cache yet: this statement ran before the model called that "
+                               f"module. A cache fills as the model runs: read the module's own `.output` here, or "
+                               f"read the cache in a statement of its own, which runs after the forward pass") from None
             raise KeyError(f"{path!r} is not in the cache: the run called no cached module of that path "
                            f"(cached: {_few(self._outputs)})") from None
+
+    def _filling(self) -> bool:
+        """Is this cache's run going on, its forward pass not finished? (Only asked for a path it lacks.)"""
+        from .runtime import active_runtime       # here, not above: the runtime imports what imports this module
+        runtime = active_runtime()
+        return (runtime is not None and id(self) in runtime.saved.by_id and not runtime.forward.done
+                and not runtime.stepping)
 
     def __iter__(self):
         return iter(self._outputs)

@@ -42,10 +42,6 @@ _local = _PerThread()
 _tracing: dict = {}                 # id(model) -> id of the thread whose runs trace it
 
 
-def _active() -> list:
-    return _local.runtimes
-
-
 def active_runtime():
     runtimes = _local.runtimes
     return runtimes[-1] if runtimes else None
@@ -122,14 +118,16 @@ class Runtime:
             except RuntimeError as error:
                 hints.note_float_ids(error, call_args, call_kwargs)
                 raise
-            forward.model_running, forward.done, scheduler.phase = False, True, AFTER_FORWARD   # _forward_done
+            forward.model_running, forward.done = False, True                          # as in _forward_done
+            scheduler.phase, scheduler.forward_over = AFTER_FORWARD, True
             if scheduler.unstarted:
                 scheduler.start_ready()
         return self._run(body)
 
     def run_backward(self, loss, grad_output=None, retain_graph=False, create_graph=False) -> Result:
         def body():
-            self.forward.done, self.scheduler.phase = True, AFTER_FORWARD     # its statements start with the pass
+            # its statements start with the pass
+            self.forward.done, self.scheduler.phase, self.scheduler.forward_over = True, AFTER_FORWARD, True
             kwargs = {"retain_graph": retain_graph or None, "create_graph": create_graph}
             if grad_output is not None:
                 kwargs["gradient"] = grad_output
@@ -249,7 +247,7 @@ class Runtime:
     def _forward_done(self) -> None:
         """The model's forward call has returned: start what waited for that."""
         self.forward.model_running, self.forward.done = False, True
-        self.scheduler.phase = AFTER_FORWARD
+        self.scheduler.phase, self.scheduler.forward_over = AFTER_FORWARD, True
         if self.scheduler.unstarted:
             self.scheduler.start_ready()
 

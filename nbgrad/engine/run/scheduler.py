@@ -38,6 +38,8 @@ class Scheduler:
         self.current = None              # the task whose code runs now
         self.timeline: list = []         # (node index, use id of the event that woke it or None, phase)
         self.phase = BEFORE_MODEL        # where the run is now ("forward", "backward pass 0", ...)
+        # The model's forward call has returned (a backward pass may run inside it, from the model's own output)
+        self.forward_over = False
         self.failed = None               # index of the node whose code raised
 
     def start_ready(self) -> None:
@@ -49,7 +51,7 @@ class Scheduler:
             for node in self.unstarted:
                 spec = node.spec
                 pass_begun = spec.block is None or self.pass_state[spec.block] != "pending"
-                if pass_begun and self.done.issuperset(spec.deps):
+                if pass_begun and self.done.issuperset(spec.deps) and (spec.after is None or self._cache_whole(spec)):
                     self.unstarted.remove(node)
                     task = Task()
                     task.node, task.cause, task.module = node, self.cause, None
@@ -59,6 +61,12 @@ class Scheduler:
                     self._advance(task, None)
                     progressed = True
                     break
+
+    def _cache_whole(self, spec) -> bool:
+        """Has the run reached the point where a statement that reads a cache may start (Node.after)?"""
+        if spec.after == "pass":
+            return self.pass_state[spec.block] == "done"
+        return self.forward_over
 
     def _advance(self, task: Task, value, error: Exception | None = None) -> None:
         """Resume a statement with `value` (or raise `error` at its line) until it waits or finishes."""
