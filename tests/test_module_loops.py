@@ -1,5 +1,7 @@
 """Loops and comprehensions over modules read and edit their events in any order, each case against plain
 forward hooks / tensor hooks on the same weights."""
+import re
+
 import pytest
 import torch
 
@@ -147,14 +149,56 @@ def test_a_module_the_run_never_calls_is_named(default_model):
     assert nbgrad.trace(default_model, "Hello", "x = model.lm_head.output.save()").saved["x"].dim() == 3
 
 
-def test_an_edit_out_of_call_order_in_a_loop_is_an_error(tiny, ids):
+@pytest.mark.parametrize("target", ["b", "b.mlp"])
+def test_an_edit_out_of_call_order_in_a_loop_is_an_error_that_says_why(tiny, ids, target):
     before = model_state(tiny)
-    with pytest.raises(nbgrad.OrderError, match="edited too late"):
-        nbgrad.trace(tiny, ids, """
+    with pytest.raises(nbgrad.OrderError, match=rf"line 3: {re.escape(target)}.output is edited too late: .*the loop "
+                                                r"waited for this expression's event on another module first.*"
+                                                r"in the order the model calls them \(not reversed"):
+        nbgrad.trace(tiny, ids, f"""
 for b in reversed(model.transformer.h):
-    b.output[:] = 0
+    {target}.output[:] = 0
 """)
     assert_clean(tiny, before)
+
+
+def test_a_submodule_or_site_of_each_element_is_read_in_any_order(default_model):
+    """`b.attn.output` (a module reached through the loop variable) and a site of it are hooked on every element
+    before the run, as `b.output` is: a loop over `reversed(...)` reads them all (it found the first and waited
+    there while the others ran unhooked). Values against plain hooks on the same weights."""
+    model = nbgrad.load_model(attn_implementation="eager")
+    before = model_state(model)
+    ns = {"model": model}
+    result = nbgrad.trace(model, "The Eiffel Tower is in", """
+attn = [b.attn.output.save() for b in reversed(model.transformer.h)]
+mlp = {n: m.mlp.c_fc.output.save() for n, m in model.transformer.h.named_children() if n != "1"}
+pats = [b.attn.source.attention_interface_1.source.nn_functional_softmax_0.output
+        for b in reversed(model.transformer.h)]
+loss = model.output.logits[0, -1].max()
+with loss.backward():
+    grads = [p.grad.save() for p in pats]
+""", ns)
+    model.zero_grad(set_to_none=True)
+    layers = len(model.transformer.h)
+    names = [f"transformer.h.{i}.{m}" for m in ("attn", "mlp.c_fc") for i in range(layers)]
+    seen, _ = hooked_outputs(model, result.input_ids, names)
+    for index, value in enumerate(ns["attn"]):
+        assert torch.equal(value[0], seen[f"transformer.h.{layers - 1 - index}.attn"][0]), index     # a tuple
+    assert list(ns["mlp"]) == ["0", "2", "3"]
+    for name, value in ns["mlp"].items():
+        assert torch.equal(value, seen[f"transformer.h.{name}.mlp.c_fc"]), name
+    # the same gradients as the loop in forward order, which found each site before it ran
+    forward = nbgrad.trace(model, "The Eiffel Tower is in", """
+pats = [b.attn.source.attention_interface_1.source.nn_functional_softmax_0.output for b in model.transformer.h]
+loss = model.output.logits[0, -1].max()
+with loss.backward():
+    grads = [p.grad.save() for p in pats]
+""", forward_ns := {"model": model})
+    model.zero_grad(set_to_none=True)
+    assert len(ns["grads"]) == layers and len(forward.saved) == layers
+    for index, grad in enumerate(ns["grads"]):
+        assert grad.abs().sum() > 0 and torch.allclose(grad, forward_ns["grads"][layers - 1 - index]), index
+    assert_clean(model, before)
 
 
 def count_hooks(monkeypatch):

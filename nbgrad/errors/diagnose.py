@@ -107,8 +107,13 @@ def too_late(use, cause) -> str:
     else:
         what = f"{use.target} has already run and later modules have used its {use.kind}"
     because = ""
-    if cause is not None and cause.line != use.line:
-        because = f"; the statement could only run once {cause.target}.{cause.kind} (line {cause.line}) existed"
+    if cause is not None and (cause.target, cause.line) == (use.target, use.line):     # a loop, out of call order
+        because = ("; the loop waited for this expression's event on another module first, and the model ran this "
+                   "one meanwhile: a loop that edits must visit the modules in the order the model calls them "
+                   "(not reversed(...))")
+    elif cause is not None:
+        where = "this line" if cause.line == use.line else f"line {cause.line}"
+        because = f"; the statement could only run once {cause.target}.{cause.kind} ({where}) existed"
     return f"{target} is edited too late: {what}{because}. Move the edit so it only needs earlier values"
 
 

@@ -17,7 +17,7 @@ from .cellast import (MODULE_EVENTS, calls_nothing, can_pause_in, generator_func
 from .dataflow import (add_dependencies, augmented_names, bound_names, cache_names, grad_only_names,
                        mark_cache_readers, read_names, stored_names, written_events)
 from ...errors import NbgradError, register_cell_source
-from .loops import is_module_iterable, loop_filters
+from .loops import element_code, is_module_iterable, loop_filters, loop_variable
 from .graph import BackwardPass, EventUse, HookGraph, Node
 from .program import TEMP_PREFIX, CompiledNode, Invoke, Program, Target
 from .rewrite import Rewriter
@@ -64,14 +64,13 @@ class _Builder:
         self.filename = filename
         self.uses: list = []             # EventUse by use id
         self.use_ast: list = []          # the target expression of each use (its container, for a loop variable)
-        self.use_looped: list = []       # whether that target is a loop variable over the container
+        self.use_loop: list = []         # (code of its loop's condition, element_code) of a use through a loop variable
         self.passes: list = []           # BackwardPass
         self.pass_at: dict = {}          # position of a backward call -> its pass index
         self.pass_column: dict = {}      # pass index -> column of its backward call
         self.current_block: int | None = None
         self.loop_sources: dict = {}     # loop variable of the statement being compiled -> its container
         self.loop_filters: dict = {}     # loop variable -> code of its loop's condition on one element
-        self.use_filter: list = []       # that code for each use through a loop variable, or None
         self.free: frozenset = frozenset()
         self.grad_targets: list = []
         self._temps = 0
@@ -121,10 +120,9 @@ class _Builder:
     def add_use(self, kind: str, target: ast.expr, line: int, write: bool, row_zero: bool = False) -> int:
         text = self._text(target)
         self.uses.append(EventUse(kind, text, line, write, row_zero))
-        looped = isinstance(target, ast.Name) and target.id in self.loop_sources
-        self.use_ast.append(self.loop_sources[target.id] if looped else target)
-        self.use_looped.append(looped)
-        self.use_filter.append(self.loop_filters.get(target.id) if looped else None)
+        through = loop_variable(target, self.loop_sources)       # `b`, or `b.attn`, in a loop over `b`
+        self.use_ast.append(self.loop_sources[through] if through else target)
+        self.use_loop.append(through and (self.loop_filters.get(through), element_code(through, target, self.filename)))
         if kind == "grad":
             self._grad_target(target)
         return len(self.uses) - 1
@@ -260,13 +258,14 @@ class _Builder:
         targets, seen, same = [], set(), {}
         for index, use in enumerate(self.uses):
             same[use.kind, use.target] = same.get((use.kind, use.target), frozenset()) | {index}
-        for use, target, looped, keep in zip(self.uses, self.use_ast, self.use_looped, self.use_filter):
+        for use, target, loop in zip(self.uses, self.use_ast, self.use_loop):
+            keep, each = loop or (None, None)
             if use.kind == "grad" or (use.kind, use.target, keep) in seen:
                 continue
             seen.add((use.kind, use.target, keep))
-            if looped and is_module_iterable(target, free):  # `[b.output for b in reversed(model.transformer.h)]`
+            if loop and is_module_iterable(target, free):  # `[b.attn.output for b in reversed(model.transformer.h)]`
                 targets.append(Target(use.kind, self._text(target), self._eval_code(target), every_element=True,
-                                      keep=keep))
+                                      keep=keep, each=each))
             elif is_path(target, free):
                 targets.append(Target(use.kind, use.target, self._eval_code(target), uses=same[use.kind, use.target]))
             elif isinstance(target, ast.Subscript) and is_path(target.value, free):

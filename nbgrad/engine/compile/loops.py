@@ -4,6 +4,8 @@ module a loop yields is hooked ahead and the loop's reads are answered in whatev
 from __future__ import annotations
 
 import ast
+import copy
+import types
 
 from .cellast import is_path
 
@@ -105,3 +107,22 @@ def _keep_code(target: ast.expr, conditions: list):
             node.lineno, node.col_offset, node.end_lineno, node.end_col_offset = 1, 0, 1, 0
     code = compile(module, "<nbgrad loop filter>", "exec")
     return next(c for c in code.co_consts if hasattr(c, "co_code"))
+
+
+def loop_variable(target: ast.expr, loop_sources: dict) -> str | None:
+    """The loop variable a module expression is reached through: `b` for `b`, `b.attn`, `b.mlp.c_fc` or
+    `b.attn.source.SITE` in a loop over `b`; None for any other expression."""
+    for variable in loop_sources:
+        if is_path(target, frozenset({variable})):
+            return variable
+    return None
+
+
+def element_code(variable: str, target: ast.expr, filename: str) -> types.CodeType | None:
+    """`lambda VARIABLE: TARGET`, compiled: the module (or site) a loop's expression names for one element of
+    the loop's container (`b.attn` for each block `b`); None when the expression is the variable itself."""
+    if isinstance(target, ast.Name):
+        return None
+    function = ast.Lambda(args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=variable)], kwonlyargs=[],
+                                             kw_defaults=[], defaults=[]), body=copy.deepcopy(target))
+    return compile(ast.fix_missing_locations(ast.Expression(body=function)), filename, "eval")

@@ -76,6 +76,7 @@ class Target:
     pass_index: int | None = None  # for gradient targets: the backward pass they belong to
     uses: frozenset = frozenset()  # the event uses it stands for (a module target that is a plain path)
     keep: types.CodeType | None = None   # a loop's condition on one element: hook only the elements it keeps
+    each: types.CodeType | None = None   # `lambda b: b.attn`: what a loop's expression names for one element
 
 
 @dataclass(frozen=True)

@@ -170,7 +170,8 @@ class ForwardEvents:
                 continue      # the statement itself will report it, on its own line
             if target.keep is not None and not isinstance(found, (dict, nn.ModuleDict)):
                 found = kept_elements(found, types.FunctionType(target.keep, namespace))
-            for module in (elements(found) if target.every_element else (found,)):
+            found = elements(found) if target.every_element else (found,)
+            for module in (found if target.each is None else derived(found, eval(target.each, namespace))):
                 if isinstance(module, HOOKABLE):
                     self.hook(module, target.kind)
 
@@ -261,6 +262,18 @@ def kept_elements(container, keep):
         if wanted:
             kept.append(item)
     return kept
+
+
+def derived(found, each) -> list:
+    """`each(element)` for every element it can be asked of (`b.attn` of each block; a name from
+    `named_modules()`, or a module without `attn`, is passed over)."""
+    parts = []
+    for element in found:
+        try:
+            parts.append(each(element))
+        except Exception:
+            continue
+    return parts
 
 
 def elements(container) -> list:
