@@ -236,3 +236,23 @@ def test_a_condition_nbgrad_cannot_judge_early_hooks_every_module(default_model,
     nbgrad.trace(default_model, IDS_TEXT, "d = {n: m.output.save() for n, m in model.named_modules() if wanted(n)}",
                  ns)
     assert len(hooked) > 40 and list(ns["d"]) == ["transformer"]
+
+
+def test_an_index_the_cell_computes_then_a_submodule_is_read_in_any_order(default_model):
+    """`model.transformer.h[i].attn` with `i` from `reversed(range(...))` or a list of layers of interest: what
+    the path names in every block is hooked before the run, as `model.transformer.h[i]` is."""
+    model = default_model
+    before = model_state(model)
+    ns = {"model": model}
+    result = nbgrad.trace(model, IDS_TEXT, """
+attn = [model.transformer.h[i].attn.output[0].save() for i in reversed(range(len(model.transformer.h)))]
+mlp = [model.transformer.h[i].mlp.c_proj.output.save() for i in [3, 1]]
+""", ns)
+    layers = len(model.transformer.h)
+    names = [f"transformer.h.{i}.attn" for i in range(layers)] + [f"transformer.h.{i}.mlp.c_proj" for i in (3, 1)]
+    seen, _ = hooked_outputs(model, result.input_ids, names)
+    for index, value in enumerate(ns["attn"]):
+        assert torch.equal(value, seen[f"transformer.h.{layers - 1 - index}.attn"][0]), index
+    assert torch.equal(ns["mlp"][0], seen["transformer.h.3.mlp.c_proj"])
+    assert torch.equal(ns["mlp"][1], seen["transformer.h.1.mlp.c_proj"])
+    assert_clean(model, before)

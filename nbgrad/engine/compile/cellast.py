@@ -177,7 +177,7 @@ def is_path(expr: ast.expr, names: frozenset | None = None) -> bool:
         return names is None or expr.id in names
     if isinstance(expr, ast.Attribute):
         return expr.attr not in EVENT_ATTRS and is_path(expr.value, names)
-    if _opens_source(expr):          # `M.source` (compile/siteaccess.py): a site is hooked early like a module
+    if opens_source(expr):           # `M.source` (compile/siteaccess.py): a site is hooked early like a module
         return is_path(expr.args[0], names)
     if isinstance(expr, ast.Subscript):
         index = expr.slice
@@ -188,7 +188,7 @@ def is_path(expr: ast.expr, names: frozenset | None = None) -> bool:
     return False
 
 
-def _opens_source(expr: ast.expr) -> bool:
+def opens_source(expr: ast.expr) -> bool:
     """`__nbgrad__.source_of(X)` / `__nbgrad__.skip_of(X)`, what `X.source` and `X.skip(v)` compile to."""
     return (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute)
             and expr.func.attr in ("source_of", "skip_of") and isinstance(expr.func.value, ast.Name)

@@ -17,7 +17,7 @@ from .cellast import (MODULE_EVENTS, calls_nothing, can_pause_in, generator_func
 from .dataflow import (add_dependencies, augmented_names, bound_names, cache_names, grad_only_names,
                        mark_cache_readers, read_names, stored_names, written_events)
 from ...errors import NbgradError, register_cell_source
-from .loops import element_code, is_module_iterable, loop_filters, loop_variable
+from .loops import element_code, indexed_container, is_module_iterable, loop_filters, loop_variable
 from .graph import BackwardPass, EventUse, HookGraph, Node
 from .program import TEMP_PREFIX, CompiledNode, Invoke, Program, Target
 from .rewrite import Rewriter
@@ -268,9 +268,9 @@ class _Builder:
                                       keep=keep, each=each))
             elif is_path(target, free):
                 targets.append(Target(use.kind, use.target, self._eval_code(target), uses=same[use.kind, use.target]))
-            elif isinstance(target, ast.Subscript) and is_path(target.value, free):
-                targets.append(Target(use.kind, self._text(target.value), self._eval_code(target.value),
-                                      every_element=True))
+            elif (indexed := indexed_container(target, free, self.filename)) is not None:   # `P[i]`, `P[i].attn`
+                targets.append(Target(use.kind, self._text(indexed[0]), self._eval_code(indexed[0]),
+                                      every_element=True, each=indexed[1]))
         return targets
 
     def temp_name(self, what: str) -> str:

@@ -7,7 +7,7 @@ import ast
 import copy
 import types
 
-from .cellast import is_path
+from .cellast import is_path, opens_source
 
 # Calls that only list modules (no side effect, no model run): safe to evaluate early.
 MODULE_LISTINGS = frozenset({"named_modules", "modules", "children", "named_children", "values", "items"})
@@ -126,3 +126,34 @@ def element_code(variable: str, target: ast.expr, filename: str) -> types.CodeTy
     function = ast.Lambda(args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=variable)], kwonlyargs=[],
                                              kw_defaults=[], defaults=[]), body=copy.deepcopy(target))
     return compile(ast.fix_missing_locations(ast.Expression(body=function)), filename, "eval")
+
+
+ELEMENT = "__nbgrad_element"       # the parameter of an element_code lambda that stands for `P[i]`
+
+
+def indexed_container(target: ast.expr, free: frozenset, filename: str):
+    """For `P[i]`, `P[i].attn` or `P[i].attn.source.SITE` (P a path of names the cell does not bind, i anything
+    the cell computes): (P, element_code of what the expression names in each element of P, None for `P[i]`
+    itself), so that every element's event is hooked before the run and `i` may come in any order. None
+    for any other expression."""
+    node, fields = target, []
+    while not (isinstance(node, ast.Subscript) and is_path(node.value, free)):
+        if isinstance(node, (ast.Attribute, ast.Subscript)):
+            node, field = node.value, "value"
+        elif opens_source(node):
+            node, field = node.args[0], "args"
+        else:
+            return None
+        fields.append(field)
+    if not fields:
+        return node.value, None
+    body = parent = copy.deepcopy(target)
+    for field in fields[:-1]:
+        parent = parent.value if field == "value" else parent.args[0]
+    if fields[-1] == "value":
+        parent.value = ast.Name(id=ELEMENT, ctx=ast.Load())
+    else:
+        parent.args[0] = ast.Name(id=ELEMENT, ctx=ast.Load())
+    if not is_path(body, frozenset({ELEMENT})):      # one index the cell computes, the rest constant
+        return None
+    return node.value, element_code(ELEMENT, body, filename)
