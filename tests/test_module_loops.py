@@ -256,3 +256,29 @@ mlp = [model.transformer.h[i].mlp.c_proj.output.save() for i in [3, 1]]
     assert torch.equal(ns["mlp"][0], seen["transformer.h.3.mlp.c_proj"])
     assert torch.equal(ns["mlp"][1], seen["transformer.h.1.mlp.c_proj"])
     assert_clean(model, before)
+
+
+def test_a_loop_that_edits_gradients_in_forward_order_is_told_the_order_of_the_pass(tiny, ids):
+    before = model_state(tiny)
+    with pytest.raises(nbgrad.OrderError, match=r"line 6: a.grad is edited too late: .*a loop that edits gradients "
+                                                r"must visit them in the order the pass computes them \(the last"):
+        nbgrad.trace(tiny, ids, """
+acts = [b.output for b in model.transformer.h]
+loss = model.output.logits.sum()
+with loss.backward():
+    for a in acts:
+        a.grad[:] = 0
+""")
+    tiny.zero_grad()
+    assert_clean(tiny, before)
+    ns = {"model": tiny}
+    nbgrad.trace(tiny, ids, """
+acts = [b.output for b in model.transformer.h]
+loss = model.output.logits.sum()
+with loss.backward():
+    for a in reversed(acts):
+        a.grad[:] = 0
+g = model.transformer.h[0].mlp.c_fc.weight.grad.save()
+""", ns)
+    tiny.zero_grad()
+    assert ns["g"].abs().sum() == 0       # every block's gradient zeroed: nothing reaches block 0's weights

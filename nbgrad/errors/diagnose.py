@@ -107,7 +107,11 @@ def too_late(use, cause) -> str:
     else:
         what = f"{use.target} has already run and later modules have used its {use.kind}"
     because = ""
-    if cause is not None and (cause.target, cause.line) == (use.target, use.line):     # a loop, out of call order
+    if cause is not None and (cause.target, cause.line) == (use.target, use.line) and use.kind == "grad":
+        because = ("; the loop waited for another tensor's gradient first, and the backward pass went past this one "
+                   "meanwhile: a loop that edits gradients must visit them in the order the pass computes them "
+                   "(the last layer first)")
+    elif cause is not None and (cause.target, cause.line) == (use.target, use.line):     # a loop, out of call order
         because = ("; the loop waited for this expression's event on another module first, and the model ran this "
                    "one meanwhile: a loop that edits must visit the modules in the order the model calls them "
                    "(not reversed(...))")
