@@ -282,3 +282,36 @@ g = model.transformer.h[0].mlp.c_fc.weight.grad.save()
 """, ns)
     tiny.zero_grad()
     assert ns["g"].abs().sum() == 0       # every block's gradient zeroed: nothing reaches block 0's weights
+
+
+def test_gradients_of_what_a_loop_reaches_come_in_any_order(tiny, ids):
+    """`b.mlp.output.grad` and `model.transformer.h[i].mlp.output.grad` read in forward order inside the block:
+    every element's tensor is hooked when the pass starts, as `b.output.grad` is, so none flows past unseen.
+    Against tensor hooks on the same weights."""
+    before = model_state(tiny)
+    ns = {"model": tiny}
+    nbgrad.trace(tiny, ids, """
+loss = model.output.logits[0, -1].max()
+with loss.backward():
+    through = [b.mlp.output.grad.save() for b in model.transformer.h]
+    indexed = [model.transformer.h[i].mlp.c_fc.output.grad.save() for i in range(len(model.transformer.h))]
+""", ns)
+    tiny.zero_grad()
+    grads, handles = {}, []
+
+    def keep_grad(key):
+        def hook(module, args, out):
+            out.register_hook(lambda grad: grads.__setitem__(key, grad))
+        return hook
+    for i, block in enumerate(tiny.transformer.h):
+        for name, module in (("mlp", block.mlp), ("c_fc", block.mlp.c_fc)):
+            handles.append(module.register_forward_hook(keep_grad((name, i))))
+    try:
+        tiny(ids).logits[0, -1].max().backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    tiny.zero_grad()
+    for i in range(len(tiny.transformer.h)):
+        assert torch.allclose(ns["through"][i], grads["mlp", i]) and torch.allclose(ns["indexed"][i], grads["c_fc", i])
+    assert_clean(tiny, before)

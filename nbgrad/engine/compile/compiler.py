@@ -136,21 +136,22 @@ class _Builder:
         kind = None
         if isinstance(target, ast.Attribute) and target.attr in MODULE_EVENTS:
             kind, target = target.attr, target.value
-        looped = isinstance(target, ast.Name) and target.id in self.loop_sources
-        if not looped and is_path(target):
+        through = loop_variable(target, self.loop_sources)
+        if through is None and is_path(target):
             self.grad_targets.append(Target(kind, self._text(target), self._eval_code(target),
                                             pass_index=pass_index))
             return
-        # `[h.grad for h in refs]`: every element of refs; `outs[i].grad` in a loop: every element of outs
-        if looped:
-            container = self.loop_sources[target.id]
-        elif isinstance(target, ast.Subscript):
-            container = target.value
+        # `[h.grad for h in refs]`, `[b.mlp.output.grad for b in blocks]`: every element of refs (what the expression
+        # names in each); `outs[i].grad`, `model.transformer.h[i].mlp.output.grad` in a loop: every element of outs
+        if through is not None:
+            container, each = self.loop_sources[through], element_code(through, target, self.filename)
+        elif (indexed := indexed_container(target, None, self.filename)) is not None:
+            container, each = indexed
         else:
             return
         if is_module_iterable(container):
             self.grad_targets.append(Target(kind, self._text(container), self._eval_code(container),
-                                            every_element=True, pass_index=pass_index))
+                                            every_element=True, pass_index=pass_index, each=each))
 
     def pass_for(self, node: ast.AST):
         """The backward pass a `.grad` belongs to: its block's, else the next one in the text, else the last."""

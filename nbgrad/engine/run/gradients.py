@@ -8,7 +8,7 @@ from torch import nn
 
 from ...errors import diagnose
 from ...errors import GradError
-from .forward import elements
+from .forward import derived, elements
 
 
 def register_grad_hook(tensor: torch.Tensor, hook):
@@ -181,7 +181,8 @@ class GradientEvents:
                 value = eval(target.code, self.runtime.ns)
             except Exception:
                 continue        # the statement itself will say what is wrong, on its own line
-            for candidate in (elements(value) if target.every_element else [value]):
+            found = elements(value) if target.every_element else [value]
+            for candidate in (found if target.each is None else derived(found, eval(target.each, self.runtime.ns))):
                 if target.kind is not None:
                     candidate = values.get((id(candidate), target.kind))
                 elif self.runtime.rows is not None:
