@@ -81,3 +81,12 @@ def test_forty_statements_fit_without_overlapping_boxes_or_labels(default_model)
     height = float(root.get("height"))
     assert height > 40 * 40 and all(part[3] <= height for part in boxes)          # it grows: scroll, not shrink
     assert float(root.get("width")) == float(root.get("viewBox").split()[2])
+
+
+def test_a_statement_that_reads_a_cache_says_it_runs_after_the_forward_pass(default_model):
+    compiled = nbgrad.trace(default_model, INPUT, "c = cache('transformer.h.*')\nn = len(c)", graph=True).graph.to_dict()
+    svg = hook_graph_svg(compiled)
+    statements = {g.get("data-line"): g for g in groups(svg, "nbg-statement")}
+    assert "[after the forward pass] line 2: n = len(c)" in "".join(statements["2"].itertext())
+    assert "after the forward pass (it reads a cache, whole only then)" in "".join(statements["2"].itertext())
+    assert "after" not in "".join(statements["1"].itertext())

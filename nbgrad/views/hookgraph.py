@@ -14,6 +14,7 @@ ONE_LINE, TWO_LINES = (34, 24), (46, 38)
 FORWARD, BEFORE, NAME_ARROW = "#2b6cb0", "#718096", "#2f855a"
 BACKWARD = ("#c05621", "#805ad5", "#b83280", "#975a16")      # pass 0, 1, 2, 3, then again
 MAX_CHIPS = 6
+WAITS_FOR_CACHE = {"forward": "[after the forward pass] ", "pass": "[after its pass] "}
 
 
 def phase_colour(phase: str) -> str:
@@ -71,6 +72,9 @@ def _statement_box(node: dict, y: int, box: int, ran: list, failed: bool) -> str
              f'<rect x="{STATEMENT_X}" y="{y}" width="{STATEMENT_W}" height="{box}" rx="4" '
              f'fill="{"#fff5f5" if failed else "#f7fafc"}" stroke="{stroke}" stroke-width="{2 if failed else 1}"/>']
     lane = f"[invoke {node['invoke']}] " if node.get("invoke") is not None else ""
+    if node.get("after") is not None:        # a statement that reads a cache starts once it is whole
+        lane += WAITS_FOR_CACHE[node["after"]]
+        parts.append(f"<title>{escape(node.get('after_why', ''))}</title>")
     label = f"{lane}line {node['line']}: {node['source'].splitlines()[0]}"
     room = (STATEMENT_W - 16 - (0 if not ran else 44 * min(len(ran), MAX_CHIPS))) // 7
     parts.append(_text(STATEMENT_X + 8, y + 16, shorten(label, room),

@@ -136,7 +136,8 @@ class HookGraph:
         return {
             "nodes": [{"index": n.index, "line": n.line, "source": n.source,
                        "reads": sorted(n.reads), "binds": sorted(n.binds),
-                       "deps": list(n.deps), "block": n.block, "invoke": n.invoke, "after": n.after,
+                       "deps": list(n.deps), "block": n.block, "invoke": n.invoke,
+                       "after": n.after, "after_why": CACHE_WAITS.get(n.after),
                        "events": [{"kind": e.kind, "target": e.target, "line": e.line,
                                    "write": e.write} for e in n.events]}
                       for n in self.nodes],
