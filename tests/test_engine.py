@@ -375,3 +375,40 @@ def test_graph_text_lists_events_nodes_and_edges(tiny, ids):
     assert "pass 0: line 2 (with-block)" in text
     assert "model.transformer.h[1].output -> node 0" in text and "node 0 -> node 2" in text
     assert result.saved == {}
+
+
+NO_GRAD_AROUND_A_READ = """
+with torch.no_grad():
+    h1 = model.transformer.h[1].output.clone().save()
+loss = model.output.logits[0, -1].max()
+with loss.backward():
+    g0 = model.transformer.h[0].output.grad.save()
+    with torch.no_grad():
+        g2 = (model.transformer.h[2].output.grad * 2).save()
+"""
+
+
+def test_a_statement_paused_inside_no_grad_does_not_take_the_model_with_it(tiny, ids):
+    """`with torch.no_grad():` around a read pauses the statement inside the block until the event comes. Grad
+    mode is the thread's, so the model ran on without autograd up to that event: block 0's output had no
+    gradient. Now the statement keeps its mode to itself. Against tensor hooks on the same weights."""
+    before = model_state(tiny)
+    ns = {"model": tiny, "torch": torch}
+    nbgrad.trace(tiny, ids, NO_GRAD_AROUND_A_READ, ns)
+    tiny.zero_grad()
+    seen, grads, handles = {}, {}, []
+    for index in (0, 1, 2):
+        def hook(module, args, out, index=index):
+            seen[index] = out
+            out.register_hook(lambda grad: grads.__setitem__(index, grad))
+        handles.append(tiny.transformer.h[index].register_forward_hook(hook))
+    try:
+        tiny(ids).logits[0, -1].max().backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    tiny.zero_grad()
+    assert not ns["h1"].requires_grad and torch.equal(ns["h1"], seen[1].detach())
+    assert torch.allclose(ns["g0"], grads[0]) and torch.allclose(ns["g2"], grads[2] * 2)
+    assert torch.is_grad_enabled()
+    assert_clean(tiny, before)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import types
 
+from torch import is_grad_enabled, set_grad_enabled
+
 from ...errors import diagnose
 from ...errors import OrderError
 
@@ -14,9 +16,10 @@ BEFORE_MODEL, FORWARD, AFTER_FORWARD = "before the model runs", "forward", "afte
 
 class Task:
     """A started node: its generator, the use id of the event that woke it last, and the module whose event
-    it is parked on (so that the answer need not find the module again). Made with no arguments and filled
-    in by `start_ready`, so that making one runs no Python code."""
-    __slots__ = ("node", "gen", "cause", "module")
+    it is parked on (so that the answer need not find the module again), and the grad mode its code set for
+    itself before it paused (`with torch.no_grad():` around a read), else None. Made with no arguments and
+    filled in by `start_ready`, so that making one runs no Python code."""
+    __slots__ = ("node", "gen", "cause", "module", "grad_mode")
 
 
 class Scheduler:
@@ -54,7 +57,7 @@ class Scheduler:
                 if pass_begun and self.done.issuperset(spec.deps) and (spec.after is None or self._cache_whole(spec)):
                     self.unstarted.remove(node)
                     task = Task()
-                    task.node, task.cause, task.module = node, self.cause, None
+                    task.node, task.cause, task.module, task.grad_mode = node, self.cause, None, None
                     task.gen = types.FunctionType(node.code, self.namespace)()
                     self.tasks.append(task)
                     self.timeline.append((node.spec.index, None, self.phase))
@@ -74,6 +77,12 @@ class Scheduler:
         while True:
             self.in_statement += 1
             outer, self.current = self.current, task
+            # Grad mode is the thread's, and a statement pauses inside the model: one that paused inside
+            # `with torch.no_grad():` gets that mode back when it resumes, and the model (and every other
+            # statement) runs on in the mode it had. A statement that never pauses keeps what it sets.
+            entry, own = is_grad_enabled(), task.grad_mode
+            if own is not None and own is not entry:
+                set_grad_enabled(own)
             try:
                 request = gen.send(value) if error is None else gen.throw(error)
             except StopIteration:
@@ -85,6 +94,10 @@ class Scheduler:
             finally:
                 self.in_statement -= 1
                 self.current = outer
+            if own is not None or (request is not None and is_grad_enabled() is not entry):
+                task.grad_mode = is_grad_enabled()
+                if task.grad_mode is not entry:
+                    set_grad_enabled(entry)
             if request is None:
                 self.done.add(task.node.spec.index)
                 self.tasks.remove(task)
