@@ -412,3 +412,22 @@ def test_a_statement_paused_inside_no_grad_does_not_take_the_model_with_it(tiny,
     assert torch.allclose(ns["g0"], grads[0]) and torch.allclose(ns["g2"], grads[2] * 2)
     assert torch.is_grad_enabled()
     assert_clean(tiny, before)
+
+
+@pytest.mark.parametrize("context", ["torch.inference_mode()", "torch.autocast('cpu', dtype=torch.bfloat16)"])
+def test_a_statement_that_would_pause_inside_inference_mode_or_autocast_says_so(tiny, ids, context):
+    """Those modes are the thread's, and nbgrad cannot hand them back and forth as it does grad mode: the model ran
+    in them until the event (block 0 in bfloat16, or a crash inside the model in inference mode). Refused, with
+    what to write instead; the same block around a value that already exists works."""
+    before = model_state(tiny)
+    ns = {"model": tiny, "torch": torch}
+    with pytest.raises(nbgrad.NbgradError, match=r"line 3: this statement waits for an event inside a `with` block "
+                                                 r"that sets inference mode or autocast.*Read the value first"):
+        nbgrad.trace(tiny, ids, f"h0 = model.transformer.h[0].output.save()\nwith {context}:\n"
+                                "    h = model.transformer.h[1].output.float().save()\n", ns)
+    assert not torch.is_inference_mode_enabled() and not torch.is_autocast_enabled("cpu")
+    assert_clean(tiny, before)
+    nbgrad.trace(tiny, ids, f"h = model.transformer.h[1].output\nwith {context}:\n    y = (h * 2).save()\n"
+                            "z = model.transformer.h[0].output.save()", ns)
+    assert ns["z"].dtype == torch.float32 and ns["z"].requires_grad
+    assert_clean(tiny, before)

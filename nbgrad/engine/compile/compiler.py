@@ -15,7 +15,7 @@ from functools import lru_cache
 from .cellast import (MODULE_EVENTS, calls_nothing, can_pause_in, generator_function, is_backward_block,
                       is_backward_call, is_invoke_block, is_path, loop_sources, position, walk_cell_level)
 from .dataflow import (add_dependencies, augmented_names, bound_names, cache_names, grad_only_names,
-                       mark_cache_readers, read_names, stored_names, written_events)
+                       mark_waits, read_names, stored_names, written_events)
 from ...errors import NbgradError, register_cell_source
 from .loops import element_code, indexed_container, is_module_iterable, loop_filters, loop_variable
 from .graph import BackwardPass, EventUse, HookGraph, Node
@@ -107,7 +107,7 @@ class _Builder:
         add_dependencies(specs)
         for index in stopping:     # "stop here": once what the cell asked for above has run
             specs[index].deps = tuple(range(index))
-        mark_cache_readers(specs, caches)
+        mark_waits(specs, caches, [stmt for stmt, _, _ in flat])
         graph = HookGraph(nodes=specs, passes=self.passes)
         bound = frozenset(n for n in all_bound if not n.startswith(TEMP_PREFIX))
         return Program(self.source, self.mode, self.filename, graph, nodes, self.uses,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from .cellast import event_root, is_event_attr, root_name
+from .cellast import event_root, is_backward_block, is_event_attr, root_name
 
 
 class _BoundNames(ast.NodeVisitor):
@@ -170,11 +170,14 @@ def cache_names(statements) -> frozenset:
                      and isinstance(stmt.value.func, ast.Name) and stmt.value.func.id == "cache")
 
 
-def mark_cache_readers(specs: list, cache_names: frozenset) -> None:
+def mark_waits(specs: list, cache_names: frozenset, statements: list) -> None:
     """A cache fills as the model runs (and its gradients as the backward pass does), so a statement that reads
     one and waits for no event of its own would see it empty. It starts once the cache is whole instead: after
     the forward pass, or, inside `with LOSS.backward():`, after that pass. A statement with events of its own
-    runs when they come, and sees what the run has cached by then."""
-    for spec in specs:
+    runs when they come, and sees what the run has cached by then. A statement that holds a `with` block is
+    marked too: it may pause inside a context (the scheduler keeps the context's mode from the model)."""
+    for spec, stmt in zip(specs, statements):
         if spec.reads & cache_names and not spec.events:
             spec.after = "forward" if spec.block is None else "pass"
+        spec.in_with = (spec.events != () and not is_backward_block(stmt)
+                        and any(isinstance(node, ast.With) for node in ast.walk(stmt)))

@@ -41,6 +41,7 @@ class Node:
     # A statement that reads a `cache(...)` of the cell and waits for no event of its own starts once the cache
     # is whole: "forward" (after the forward pass), or "pass" (inside `with LOSS.backward():`, after that pass)
     after: str | None = None
+    in_with: bool = False            # it holds a `with` block (a context it may pause inside; scheduler.py)
 
 
 @dataclass

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import types
 
+import torch
 from torch import is_grad_enabled, set_grad_enabled
 
 from ...errors import diagnose
-from ...errors import OrderError
+from ...errors import NbgradError, OrderError
+
+def thread_contexts() -> tuple:
+    """The thread's modes that a `with` block in a statement may set and nbgrad cannot hand back and forth."""
+    return torch.is_inference_mode_enabled(), torch.is_autocast_enabled("cpu"), torch.is_autocast_enabled("cuda")
+
 
 # Where a run is, as its timeline records it; set at each change (and "backward pass N" during a pass), so
 # that recording it costs no call.
@@ -81,6 +87,7 @@ class Scheduler:
             # `with torch.no_grad():` gets that mode back when it resumes, and the model (and every other
             # statement) runs on in the mode it had. A statement that never pauses keeps what it sets.
             entry, own = is_grad_enabled(), task.grad_mode
+            contexts = thread_contexts() if task.node.spec.in_with else None    # modes nbgrad cannot hand back
             if own is not None and own is not entry:
                 set_grad_enabled(own)
             try:
@@ -88,16 +95,13 @@ class Scheduler:
             except StopIteration:
                 request = None      # finish outside the handler, so later errors chain to nothing
             except BaseException:
-                if self.failed is None:
-                    self.failed = task.node.spec.index
+                self.failed = task.node.spec.index if self.failed is None else self.failed
                 raise
             finally:
                 self.in_statement -= 1
                 self.current = outer
             if own is not None or (request is not None and is_grad_enabled() is not entry):
-                task.grad_mode = is_grad_enabled()
-                if task.grad_mode is not entry:
-                    set_grad_enabled(entry)
+                self._hand_back_grad_mode(task, entry)
             if request is None:
                 self.done.add(task.node.spec.index)
                 self.tasks.remove(task)
@@ -107,10 +111,38 @@ class Scheduler:
             try:
                 answered, value = handlers[type(request)](task, request)
                 error = None
+                if not answered and contexts is not None and thread_contexts() != contexts:
+                    raise self.held_context(task, request)
             except Exception as raised:     # raised where the statement asked: its own try/except sees it
                 answered, value, error = True, None, raised
             if not answered:
                 return
+
+    @staticmethod
+    def _hand_back_grad_mode(task: Task, entry: bool) -> None:
+        """After a slice of a statement that set a grad mode of its own and paused (or had paused before): keep
+        its mode for its next slice, and give the model the mode it had when the slice began."""
+        task.grad_mode = is_grad_enabled()
+        if task.grad_mode is not entry:
+            set_grad_enabled(entry)
+
+    def held_context(self, task: Task, request) -> NbgradError:
+        """The error for a statement that pauses inside `with torch.inference_mode():` or `torch.autocast(...)`:
+        those modes are the thread's, so the model would run in them until the statement's event came (grad
+        mode, which nbgrad can hand back and forth, is kept to the statement instead). The task waits no more."""
+        self.unpark(task)
+        use = getattr(request, "use", None)
+        line = self.program.uses[use].line if isinstance(use, int) else None
+        return NbgradError("this statement waits for an event inside a `with` block that sets inference mode or "
+                           "autocast, and that mode is the thread's: the model would run in it until the event "
+                           "came. Read the value first (`h = M.output`), then use it inside the `with` block", line)
+
+    def unpark(self, task: Task) -> None:
+        """Forget that a task waits (it is to be resumed with an error instead)."""
+        for key, waiting in list(self.parked.items()):
+            waiting[:] = [pair for pair in waiting if pair[0] is not task]
+            if not waiting:
+                del self.parked[key]
 
     def park(self, key, task: Task, request) -> tuple:
         """Keep the task until `deliver(key)`; what a handler returns when the event is not there yet."""
