@@ -431,3 +431,8 @@ def test_a_statement_that_would_pause_inside_inference_mode_or_autocast_says_so(
                             "z = model.transformer.h[0].output.save()", ns)
     assert ns["z"].dtype == torch.float32 and ns["z"].requires_grad
     assert_clean(tiny, before)
+    with pytest.raises(nbgrad.NbgradError, match="line 4: this statement waits for an event inside a `with` block"):
+        nbgrad.trace(tiny, ids, f"h = model.transformer.h[1].output\nwith {context}:\n"
+                                "    y = (h * model.transformer.h[0].output).save()\n"     # block 0 has run: answered
+                                "    z = model.transformer.h[3].output.float().save()", ns)    # then it pauses
+    assert_clean(tiny, before)

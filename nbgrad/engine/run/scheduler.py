@@ -10,6 +10,7 @@ from torch import is_grad_enabled, set_grad_enabled
 from ...errors import diagnose
 from ...errors import NbgradError, OrderError
 
+
 def thread_contexts() -> tuple:
     """The thread's modes that a `with` block in a statement may set and nbgrad cannot hand back and forth."""
     return torch.is_inference_mode_enabled(), torch.is_autocast_enabled("cpu"), torch.is_autocast_enabled("cuda")
@@ -80,6 +81,7 @@ class Scheduler:
     def _advance(self, task: Task, value, error: Exception | None = None) -> None:
         """Resume a statement with `value` (or raise `error` at its line) until it waits or finishes."""
         gen, handlers = task.gen, self.handlers
+        contexts = thread_contexts() if task.node.spec.in_with else None    # the modes nbgrad cannot hand back
         while True:
             self.in_statement += 1
             outer, self.current = self.current, task
@@ -87,7 +89,6 @@ class Scheduler:
             # `with torch.no_grad():` gets that mode back when it resumes, and the model (and every other
             # statement) runs on in the mode it had. A statement that never pauses keeps what it sets.
             entry, own = is_grad_enabled(), task.grad_mode
-            contexts = thread_contexts() if task.node.spec.in_with else None    # modes nbgrad cannot hand back
             if own is not None and own is not entry:
                 set_grad_enabled(own)
             try:
