@@ -138,7 +138,7 @@ def test_the_graph_is_drawn_when_read_and_the_result_keeps_no_unsaved_value(defa
 def test_the_phase_split_of_a_run_covers_it_and_leaves_the_model_as_it_was(default_model):
     """bench/phases.py splits a run at the model's forward: the three parts are this run's and lie inside it, for a
     cell with a hook of its own on the model too, and the clock leaves no hook behind."""
-    sys.path.insert(0, os.path.join(os.path.dirname(PACKAGE_DIR.rstrip(os.sep)), "bench"))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
     from phases import Clock, split
     from helpers import hook_count
     ids = nbgrad.tokenizer_for(default_model)("The capital of France is", return_tensors="pt")["input_ids"]
