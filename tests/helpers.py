@@ -1,6 +1,9 @@
-"""Shared helpers for the tests: models built from a config, and the state a cell must leave alone."""
+"""Shared helpers for the tests: models built from a config, the state a cell must leave alone, and plain-hook
+runs of the same model to compare with (the oracle)."""
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
+
+from nbgrad.engine.run.cache import main_tensor
 
 
 def tiny_gpt2(n_layer=4, seed=0):
@@ -45,3 +48,27 @@ def assert_clean(model, before):
     assert after[2] == before[2], "grad mode changed"
     for a, b in zip(after[3], before[3]):
         assert (a is None) == (b is None) and (a is None or torch.equal(a, b)), ".grad changed"
+
+
+def hooked(model, ids, names=None, loss=None):
+    """Plain hooks on every module named (all by default): (outputs by path in call order, first inputs,
+    gradients into each output's tensor when `loss(output)` is backpropagated, the model's output)."""
+    modules = dict(model.named_modules())
+    outputs, inputs, grads, handles = {}, {}, {}, []
+    for name in (names if names is not None else list(modules)):
+        def keep(mod, args, output, name=name):
+            outputs[name] = output
+            tensor = main_tensor(output)
+            if loss is not None and tensor is not None and tensor.requires_grad:
+                tensor.register_hook(lambda grad, name=name: grads.__setitem__(name, grad))
+        handles.append(modules[name].register_forward_hook(keep))
+        handles.append(modules[name].register_forward_pre_hook(
+            lambda mod, args, name=name: inputs.__setitem__(name, args[0] if args else None)))
+    try:
+        output = model(ids)
+        if loss is not None:
+            loss(output).backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return outputs, inputs, grads, output

@@ -8,33 +8,9 @@ from torch import nn
 
 import nbgrad
 from nbgrad.engine.run.cache import main_tensor
-from helpers import assert_clean, model_state
+from helpers import assert_clean, hooked, model_state
 
 IDS = torch.tensor([[5, 9, 2, 7, 11]])
-
-
-def hooked(model, ids, names=None, loss=None):
-    """Plain hooks on every module named (all by default): (outputs by path in call order, first inputs,
-    gradients into each output's tensor when `loss(output)` is backpropagated, the model's output)."""
-    modules = dict(model.named_modules())
-    outputs, inputs, grads, handles = {}, {}, {}, []
-    for name in (names if names is not None else list(modules)):
-        def keep(mod, args, output, name=name):
-            outputs[name] = output
-            tensor = main_tensor(output)
-            if loss is not None and tensor is not None and tensor.requires_grad:
-                tensor.register_hook(lambda grad, name=name: grads.__setitem__(name, grad))
-        handles.append(modules[name].register_forward_hook(keep))
-        handles.append(modules[name].register_forward_pre_hook(
-            lambda mod, args, name=name: inputs.__setitem__(name, args[0] if args else None)))
-    try:
-        output = model(ids)
-        if loss is not None:
-            loss(output).backward()
-    finally:
-        for handle in handles:
-            handle.remove()
-    return outputs, inputs, grads, output
 
 
 def tensors_in(value):

@@ -8,7 +8,7 @@ from torch import nn
 
 import nbgrad
 from nbgrad.engine.compile.compiler import compile_cell
-from helpers import assert_clean, model_state
+from helpers import assert_clean, hooked, model_state
 
 
 def raw_outputs(model, ids, modules, edit=None):
@@ -396,20 +396,11 @@ def test_a_statement_paused_inside_no_grad_does_not_take_the_model_with_it(tiny,
     ns = {"model": tiny, "torch": torch}
     nbgrad.trace(tiny, ids, NO_GRAD_AROUND_A_READ, ns)
     tiny.zero_grad()
-    seen, grads, handles = {}, {}, []
-    for index in (0, 1, 2):
-        def hook(module, args, out, index=index):
-            seen[index] = out
-            out.register_hook(lambda grad: grads.__setitem__(index, grad))
-        handles.append(tiny.transformer.h[index].register_forward_hook(hook))
-    try:
-        tiny(ids).logits[0, -1].max().backward()
-    finally:
-        for handle in handles:
-            handle.remove()
+    seen, _, grads, _ = hooked(tiny, ids, [f"transformer.h.{index}" for index in (0, 1, 2)],
+                               loss=lambda out: out.logits[0, -1].max())
     tiny.zero_grad()
-    assert not ns["h1"].requires_grad and torch.equal(ns["h1"], seen[1].detach())
-    assert torch.allclose(ns["g0"], grads[0]) and torch.allclose(ns["g2"], grads[2] * 2)
+    assert not ns["h1"].requires_grad and torch.equal(ns["h1"], seen["transformer.h.1"].detach())
+    assert torch.allclose(ns["g0"], grads["transformer.h.0"]) and torch.allclose(ns["g2"], grads["transformer.h.2"] * 2)
     assert torch.is_grad_enabled()
     assert_clean(tiny, before)
 

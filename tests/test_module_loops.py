@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import nbgrad
-from helpers import assert_clean, model_state
+from helpers import assert_clean, hooked, model_state
 
 IDS_TEXT = "The Eiffel Tower is in"
 
@@ -297,21 +297,11 @@ with loss.backward():
     indexed = [model.transformer.h[i].mlp.c_fc.output.grad.save() for i in range(len(model.transformer.h))]
 """, ns)
     tiny.zero_grad()
-    grads, handles = {}, []
-
-    def keep_grad(key):
-        def hook(module, args, out):
-            out.register_hook(lambda grad: grads.__setitem__(key, grad))
-        return hook
-    for i, block in enumerate(tiny.transformer.h):
-        for name, module in (("mlp", block.mlp), ("c_fc", block.mlp.c_fc)):
-            handles.append(module.register_forward_hook(keep_grad((name, i))))
-    try:
-        tiny(ids).logits[0, -1].max().backward()
-    finally:
-        for handle in handles:
-            handle.remove()
+    layers = len(tiny.transformer.h)
+    names = [f"transformer.h.{i}.{path}" for path in ("mlp", "mlp.c_fc") for i in range(layers)]
+    _, _, grads, _ = hooked(tiny, ids, names, loss=lambda out: out.logits[0, -1].max())
     tiny.zero_grad()
-    for i in range(len(tiny.transformer.h)):
-        assert torch.allclose(ns["through"][i], grads["mlp", i]) and torch.allclose(ns["indexed"][i], grads["c_fc", i])
+    for i in range(layers):
+        assert torch.allclose(ns["through"][i], grads[f"transformer.h.{i}.mlp"])
+        assert torch.allclose(ns["indexed"][i], grads[f"transformer.h.{i}.mlp.c_fc"])
     assert_clean(tiny, before)
