@@ -215,10 +215,7 @@ def _top_next(output):
 def _at_step(error: BaseException, step: int) -> None:
     """Say at which step of the generation an error was raised."""
     if isinstance(error, NbgradError):
-        detail = error.detail
-        if isinstance(error, GradError):        # %%generate has no --no-grad to drop: it is always off
-            detail = detail.replace("; drop --no-grad", "").replace("--no-grad / ", "")
-        error.detail = f"{detail} (at generation step {step})"
+        error.detail = f"{error.detail} (at generation step {step})"
         if isinstance(error, GradError):
             error.detail += f". {NO_GRAD}"
         error.args = (f"line {error.line}: {error.detail}" if error.line else error.detail,) + error.args[1:]

@@ -126,10 +126,18 @@ def no_backward_pass(use, mode: str) -> str:
             f"`with loss.backward():` to the cell, or use %%backward LOSS in a later cell")
 
 
-def grad_not_required(use, no_grad: bool) -> str:
+def _ran_without_grad(option: bool) -> tuple:
+    """(how the cell came to run without autograd, the advice): under --no-grad, an option the user can drop, or
+    under generation's own torch.no_grad() (`option` False), which has none."""
+    if option:
+        return "the cell ran under --no-grad / torch.no_grad()", "; drop --no-grad"
+    return "the cell ran under torch.no_grad()", ""
+
+
+def grad_not_required(use, no_grad: bool, option: bool = True) -> str:
     if no_grad:
-        return (f"{use.target}.grad: the cell ran under --no-grad / torch.no_grad(), so nothing records "
-                f"gradients; drop --no-grad")
+        how, advice = _ran_without_grad(option)
+        return f"{use.target}.grad: {how}, so nothing records gradients{advice}"
     return (f"{use.target}.grad: {use.target} does not require grad, so no gradient flows into it; "
             f"call {use.target}.requires_grad_(True) before the loss is computed")
 
@@ -170,8 +178,8 @@ def second_backward(backward_pass, freed_by=None) -> str:
 
 
 def check_loss(loss: torch.Tensor, backward_pass, args, kwargs, no_grad: bool, namespace: dict,
-               model) -> None:
-    """Refuse a backward pass that cannot work, saying why and what to do."""
+               model, option: bool = True) -> None:
+    """Refuse a backward pass that cannot work, saying why and what to do (`option`: as in `_ran_without_grad`)."""
     gradient_given = bool(args) or kwargs.get("gradient") is not None or kwargs.get("grad_tensors") is not None
     if loss.numel() != 1 and not gradient_given:
         raise GradError(
@@ -180,15 +188,17 @@ def check_loss(loss: torch.Tensor, backward_pass, args, kwargs, no_grad: bool, n
             f"--grad-output V on %%backward, gradient=V in .backward()", backward_pass.line or None)
     if not loss.requires_grad:
         expression = backward_pass.source if backward_pass.line else ""
-        raise GradError(_no_grad_reason(no_grad, namespace, model, loss, expression), backward_pass.line or None)
+        raise GradError(_no_grad_reason(no_grad, namespace, model, loss, expression, option),
+                        backward_pass.line or None)
 
 
 _NO_GRAD_HEAD = "the loss does not require grad, so there is nothing to backpropagate"
 
 
-def _no_grad_reason(no_grad: bool, namespace: dict, model, loss, expression: str) -> str:
+def _no_grad_reason(no_grad: bool, namespace: dict, model, loss, expression: str, option: bool = True) -> str:
     if no_grad or not torch.is_grad_enabled():
-        return f"{_NO_GRAD_HEAD}: the cell ran under --no-grad / torch.no_grad(); drop --no-grad"
+        how, advice = _ran_without_grad(option)
+        return f"{_NO_GRAD_HEAD}: {how}{advice}"
     if model is not None and not any(p.requires_grad for p in model.parameters()):
         return (f"{_NO_GRAD_HEAD}: no parameter of the model requires grad (all are frozen) and no traced value "
                 f"was marked; call .requires_grad_(True) on the output you want gradients from")

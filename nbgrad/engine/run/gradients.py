@@ -73,7 +73,8 @@ class GradientEvents:
             raise GradError(diagnose.grad_never_computed(use, tensor, self.passes[pass_index]), use.line)
         if not tensor.requires_grad:
             no_grad = self.runtime.no_grad or not torch.is_grad_enabled()
-            raise GradError(diagnose.grad_not_required(use, no_grad), use.line)
+            # a generation step runs under generate's own torch.no_grad(), with no --no-grad to drop
+            raise GradError(diagnose.grad_not_required(use, no_grad, option=not self.runtime.stepping), use.line)
         if self.hook(tensor) and self.pass_state[pass_index] == "running":
             self.late.add(key)
         return self.runtime.scheduler.park(("grad",) + key, task, request)
@@ -120,7 +121,8 @@ class GradientEvents:
         if not isinstance(loss, torch.Tensor):
             return True, target.backward(*args, **kwargs)
         runtime = self.runtime
-        diagnose.check_loss(loss, backward_pass, args, kwargs, runtime.no_grad, runtime.ns, runtime.model)
+        diagnose.check_loss(loss, backward_pass, args, kwargs, runtime.no_grad, runtime.ns, runtime.model,
+                            option=not runtime.stepping)
         scheduler = runtime.scheduler
         outer_phase = scheduler.phase
         self.pass_state[pass_index] = "running"
