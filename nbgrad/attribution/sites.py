@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError, ModulePathError, diagnose
-from ..engine.run.cache import matching_names
+from ..engine.run.cache import matching_any
 from ..errors.naming import a_or_an, path_spellings
 
 
@@ -51,10 +51,7 @@ def matching(model: nn.Module, sites) -> list:
     """[(name, module)] in model order whose name matches the glob(s) in `sites` (fnmatch: `*` also
     crosses dots, so "transformer.h.*" is every module inside the blocks). The root is never a site."""
     patterns = [sites] if isinstance(sites, str) else list(sites)
-    names = [name for name, _ in model.named_modules() if name]
-    chosen = set()
-    for pattern in patterns:
-        chosen.update(matching_names(names, pattern))
+    chosen = matching_any([name for name, _ in model.named_modules() if name], patterns)
     if not chosen:
         shown = ", ".join(repr(path_spellings(p)[-1]) for p in patterns)
         raise ModulePathError(f"no module of the model matches sites={shown}"

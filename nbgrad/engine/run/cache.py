@@ -132,10 +132,7 @@ class Cache(Mapping):
 
     def paths(self, paths="*") -> list:
         """The cached paths a glob (or a list of paths / globs) names, in forward order."""
-        patterns = [paths] if isinstance(paths, str) else list(paths)
-        chosen = set()
-        for pattern in patterns:
-            chosen.update(matching_names(list(self._outputs), pattern))
+        chosen = matching_any(list(self._outputs), [paths] if isinstance(paths, str) else list(paths))
         chosen = [p for p in self._outputs if p in chosen]
         if not chosen:
             raise NbgradError(f"Cache: no cached path matches {paths!r} (cached: {_few(self._outputs)})")
@@ -190,6 +187,14 @@ def matching_names(names: list, pattern: str) -> list:
         if found:
             return found
     return []
+
+
+def matching_any(names: list, patterns: list) -> set:
+    """The names that any of the paths or globs matches (each as in `matching_names`)."""
+    chosen = set()
+    for pattern in patterns:
+        chosen.update(matching_names(names, pattern))
+    return chosen
 
 
 def _few(paths, count: int = 4) -> str:
