@@ -305,3 +305,51 @@ with loss.backward():
         assert torch.allclose(ns["through"][i], grads[f"transformer.h.{i}.mlp"])
         assert torch.allclose(ns["indexed"][i], grads[f"transformer.h.{i}.mlp.c_fc"])
     assert_clean(tiny, before)
+
+
+@pytest.mark.parametrize("cell", [
+    "layers = model.transformer.h\nresid = [b.output.save() for b in reversed(layers)]",
+    "layers = model.transformer.h\nresid = [layers[i].output.save() for i in reversed(range(len(layers)))]",
+    "blocks = list(model.transformer.h)\nresid = [blocks[i].output.save() for i in (3, 2, 1, 0)]",
+])
+def test_a_name_the_cell_binds_to_the_blocks_reads_them_in_any_order(tiny, ids, cell):
+    """`layers = model.transformer.h` in the cell, then a loop over `reversed(layers)`: hooked ahead once the
+    statement that binds `layers` has run, as `reversed(model.transformer.h)` is. Against forward hooks."""
+    before = model_state(tiny)
+    ns = {"model": tiny}
+    nbgrad.trace(tiny, ids, cell, ns)
+    outputs = hooked(tiny, ids, [f"transformer.h.{i}" for i in range(4)])[0]
+    assert len(ns["resid"]) == 4
+    for value, index in zip(ns["resid"], (3, 2, 1, 0)):
+        assert torch.equal(value, outputs[f"transformer.h.{index}"])
+    assert_clean(tiny, before)
+
+
+def test_a_name_the_cell_binds_reads_blocks_in_any_order_at_every_generation_step(tiny):
+    """In `%%generate` the targets are hooked before each step's statements start: one that reads a name the
+    step binds is hooked once that statement has run. Against the same loop in forward order."""
+    ns = {"model": tiny}
+    prompt = torch.tensor([[3, 14, 15]])
+    nbgrad.generate(tiny, prompt, "layers = model.transformer.h\n"
+                                  "back = [b.output[0, -1].save() for b in reversed(layers)]", ns, max_new_tokens=3)
+    nbgrad.generate(tiny, prompt, "fore = [b.output[0, -1].save() for b in model.transformer.h]", ns,
+                    max_new_tokens=3)
+    assert len(ns["back"]) == len(ns["fore"]) == 3
+    for back, fore in zip(ns["back"], ns["fore"]):
+        assert all(torch.equal(a, b) for a, b in zip(back, reversed(fore)))
+
+
+@pytest.mark.parametrize("made", ["iter(model.transformer.h)", "(b for b in model.transformer.h)"])
+@pytest.mark.parametrize("loop", ["[b.output.save() for b in it]", "[b.output.save() for _, b in enumerate(it)]"])
+def test_an_iterator_of_the_users_is_left_for_the_loop_to_consume(tiny, ids, made, loop):
+    """Hooking a loop's modules ahead must not iterate an iterator the user made: the loop would find it
+    empty and save nothing. It is left to the loop, which reads in forward order. Against forward hooks."""
+    before = model_state(tiny)
+    ns = {"model": tiny}
+    exec(f"it = {made}", ns)
+    nbgrad.trace(tiny, ids, f"resid = {loop}", ns)
+    outputs = hooked(tiny, ids, [f"transformer.h.{i}" for i in range(4)])[0]
+    assert len(ns["resid"]) == 4
+    for index, value in enumerate(ns["resid"]):
+        assert torch.equal(value, outputs[f"transformer.h.{index}"])
+    assert_clean(tiny, before)

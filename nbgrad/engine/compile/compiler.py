@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dataclasses
 import textwrap
 import types
 from functools import lru_cache
 
 from .cellast import (MODULE_EVENTS, calls_nothing, can_pause_in, generator_function, is_backward_block,
                       is_backward_call, is_invoke_block, is_path, loop_sources, position, walk_cell_level)
-from .dataflow import (add_dependencies, augmented_names, bound_names, cache_names, grad_only_names,
+from .dataflow import (add_dependencies, augmented_names, bound_names, cache_names, grad_only_names, helper_names,
                        mark_waits, read_names, stored_names, written_events)
 from ...errors import NbgradError, register_cell_source
-from .loops import element_code, indexed_container, is_module_iterable, loop_filters, loop_variable
+from .loops import (aliases, element_code, indexed_container, innermost_path, is_module_iterable, loop_filters,
+                    loop_variable)
 from .graph import BackwardPass, EventUse, HookGraph, Node
 from .program import TEMP_PREFIX, CompiledNode, Invoke, Program, Target
 from .rewrite import Rewriter
@@ -99,19 +101,21 @@ class _Builder:
         stopping = [index for index, (stmt, _, _) in enumerate(flat) if self._calls_stop(stmt)]   # before rewriting
         stored_anywhere = set().union(*(stored_names(stmt) for stmt, _, _ in flat))
         free = frozenset().union(*(read_names(stmt) for stmt, _, _ in flat)) - all_bound - stored_anywhere
-        helper_globals = self._helper_globals() - all_bound
+        helper_globals = helper_names(self.helpers.values()) - all_bound
         self.free = free = free | helper_globals
         caches = frozenset() if "cache" in all_bound else cache_names(stmt for stmt, _, _ in flat)   # not rewritten yet
+        flat_statements = [stmt for stmt, _, _ in flat]     # before the rewriter edits them
+        alias_at = aliases(flat_statements)
         nodes = [self._compile_node(index, *entry) for index, entry in enumerate(flat)]
         specs = [node.spec for node in nodes]
         add_dependencies(specs)
         for index in stopping:     # "stop here": once what the cell asked for above has run
             specs[index].deps = tuple(range(index))
-        mark_waits(specs, caches, [stmt for stmt, _, _ in flat])
+        mark_waits(specs, caches, flat_statements)
         graph = HookGraph(nodes=specs, passes=self.passes)
         bound = frozenset(n for n in all_bound if not n.startswith(TEMP_PREFIX))
         return Program(self.source, self.mode, self.filename, graph, nodes, self.uses,
-                       forward_targets=self._forward_targets(free), grad_targets=self.grad_targets,
+                       forward_targets=self._forward_targets(free, alias_at), grad_targets=self.grad_targets,
                        bound_names=bound, invokes=self.invokes, calls_nothing=plain, called_names=called_names,
                        helper_globals=helper_globals)
 
@@ -150,8 +154,9 @@ class _Builder:
         else:
             return
         if is_module_iterable(container):
-            self.grad_targets.append(Target(kind, self._text(container), self._eval_code(container),
-                                            every_element=True, pass_index=pass_index, each=each))
+            base = innermost_path(container)
+            self.grad_targets.append(Target(kind, self._text(container), self._eval_code(container), every_element=True,
+                                            pass_index=pass_index, each=each, base=base and self._eval_code(base)))
 
     def pass_for(self, node: ast.AST):
         """The backward pass a `.grad` belongs to: its block's, else the next one in the text, else the last."""
@@ -238,25 +243,16 @@ class _Builder:
                     events=tuple(self.uses[first_use:]), block=block, starts_passes=starts, invoke=invoke)
         return CompiledNode(spec, code)
 
-    def _helper_globals(self) -> frozenset:
-        """Names the helpers from earlier cells read from the namespace (not their arguments or locals)."""
-        found = set()
-        for definition in self.helpers.values():
-            local = {a.arg for a in ast.walk(definition.args) if isinstance(a, ast.arg)}
-            for stmt in definition.body:
-                local |= bound_names(stmt)[0] | stored_names(stmt)
-            found |= read_names(definition) - local
-        return frozenset(found)
-
     def _calls_stop(self, stmt: ast.stmt) -> bool:
         """Whether a statement calls `stop()` (nbgrad's: the cell binds no `stop` of its own)."""
         return "stop" not in self.cell_bound and any(
             isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "stop"
             for n in walk_cell_level(stmt))
 
-    def _forward_targets(self, free: frozenset) -> list:
-        """Module events whose module the runtime can find before the run: hooked before the model starts."""
-        targets, seen, same = [], set(), {}
+    def _forward_targets(self, free: frozenset, alias_at: dict) -> list:
+        """Module events whose module the runtime can find before the run: hooked before the model starts (or,
+        for an expression that reads a name the cell binds, once the statement binding it has run)."""
+        targets, seen, same, names = [], set(), {}, free | alias_at.keys()
         for index, use in enumerate(self.uses):
             same[use.kind, use.target] = same.get((use.kind, use.target), frozenset()) | {index}
         for use, target, loop in zip(self.uses, self.use_ast, self.use_loop):
@@ -264,14 +260,18 @@ class _Builder:
             if use.kind == "grad" or (use.kind, use.target, keep) in seen:
                 continue
             seen.add((use.kind, use.target, keep))
-            if loop and is_module_iterable(target, free):  # `[b.attn.output for b in reversed(model.transformer.h)]`
-                targets.append(Target(use.kind, self._text(target), self._eval_code(target), every_element=True,
-                                      keep=keep, each=each))
-            elif is_path(target, free):
-                targets.append(Target(use.kind, use.target, self._eval_code(target), uses=same[use.kind, use.target]))
-            elif (indexed := indexed_container(target, free, self.filename)) is not None:   # `P[i]`, `P[i].attn`
-                targets.append(Target(use.kind, self._text(indexed[0]), self._eval_code(indexed[0]),
-                                      every_element=True, each=indexed[1]))
+            if loop and is_module_iterable(target, names):  # `[b.attn.output for b in reversed(model.transformer.h)]`
+                found = Target(use.kind, self._text(target), self._eval_code(target), every_element=True, keep=keep,
+                               each=each, base=(base := innermost_path(target)) and self._eval_code(base))
+            elif is_path(target, names):
+                found = Target(use.kind, use.target, self._eval_code(target), uses=same[use.kind, use.target])
+            elif (indexed := indexed_container(target, names, self.filename)) is not None:  # `P[i]`, `P[i].attn`
+                found = Target(use.kind, self._text(indexed[0]), self._eval_code(indexed[0]), every_element=True,
+                               each=indexed[1])
+            else:
+                continue
+            needs = frozenset(alias_at[name] for name in read_names(target) if name in alias_at)
+            targets.append(dataclasses.replace(found, needs=needs) if needs else found)
         return targets
 
     def temp_name(self, what: str) -> str:

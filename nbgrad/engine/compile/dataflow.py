@@ -181,3 +181,14 @@ def mark_waits(specs: list, cache_names: frozenset, statements: list) -> None:
             spec.after = "forward" if spec.block is None else "pass"
         spec.in_with = (spec.events != () and not is_backward_block(stmt)
                         and any(isinstance(node, ast.With) for node in ast.walk(stmt)))
+
+
+def helper_names(definitions) -> frozenset:
+    """Names the helpers from earlier cells (their `def`s) read from the namespace: not their arguments or locals."""
+    found = set()
+    for definition in definitions:
+        local = {a.arg for a in ast.walk(definition.args) if isinstance(a, ast.arg)}
+        for stmt in definition.body:
+            local |= bound_names(stmt)[0] | stored_names(stmt)
+        found |= read_names(definition) - local
+    return frozenset(found)

@@ -8,6 +8,7 @@ import copy
 import types
 
 from .cellast import is_path, opens_source
+from .dataflow import bound_names
 
 # Calls that only list modules (no side effect, no model run): safe to evaluate early.
 MODULE_LISTINGS = frozenset({"named_modules", "modules", "children", "named_children", "values", "items"})
@@ -157,3 +158,41 @@ def indexed_container(target: ast.expr, free: frozenset, filename: str):
     if not is_path(body, frozenset({ELEMENT})):      # one index the cell computes, the rest constant
         return None
     return node.value, element_code(ELEMENT, body, filename)
+
+
+def aliases(statements: list) -> dict:
+    """Names the cell binds once, at its top level, as `NAME = EXPR` and stores nowhere else
+    (`layers = model.transformer.h`) -> the index of that statement: an expression that reads one may be
+    evaluated before the run once that statement has run (Target.needs), so `reversed(layers)` is hooked
+    ahead like `reversed(model.transformer.h)`. A name another statement changes in place is not one."""
+    stores, changed = {}, set()
+    for stmt in statements:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                stores[node.id] = stores.get(node.id, 0) + 1
+        changed |= bound_names(stmt)[1]
+    found = {}
+    for index, stmt in enumerate(statements):
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            name = stmt.targets[0].id
+            if stores[name] == 1 and name not in changed:
+                found[name] = index
+    return found
+
+
+def innermost_path(expr: ast.expr) -> ast.expr | None:
+    """The path a loop's iterable is made from, when the iterable is made by a call or a slice
+    (`model.transformer.h` of `reversed(list(model.transformer.h)[1:])`): evaluating the iterable may iterate
+    it, and the runtime must not if it is an iterator of the user's (`it = iter(blocks)`). None for a path."""
+    if is_path(expr):
+        return None
+    while not is_path(expr):
+        if isinstance(expr, ast.Subscript):
+            expr = expr.value
+        elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in MODULE_LISTINGS:
+            expr = expr.func.value
+        elif isinstance(expr, ast.Call) and expr.args:
+            expr = expr.args[0]
+        else:
+            return None
+    return expr

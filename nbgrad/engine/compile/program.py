@@ -77,6 +77,11 @@ class Target:
     uses: frozenset = frozenset()  # the event uses it stands for (a module target that is a plain path)
     keep: types.CodeType | None = None   # a loop's condition on one element: hook only the elements it keeps
     each: types.CodeType | None = None   # `lambda b: b.attn`: what a loop's expression names for one element
+    # Indices of the statements that bind the names the expression reads (compile/loops.py, aliases): it is
+    # evaluated only once they have run, else the namespace may hold a value from before the cell
+    needs: frozenset = frozenset()
+    # The path a loop's iterable is made from (loops.innermost_path): never iterated when it is an iterator
+    base: types.CodeType | None = None
 
 
 @dataclass(frozen=True)
@@ -108,8 +113,11 @@ class Program:
     plain_target_uses: frozenset | None = field(init=False, default=None)
     # The cell reads or writes a `.grad` or starts a backward pass: its runs need gradient events
     has_gradients: bool = field(init=False, default=False)
+    # Forward targets that wait for statements of the cell (Target.needs): hooked again once statements start
+    late_targets: list = field(init=False, default_factory=list)
 
     def __post_init__(self):
+        self.late_targets = [target for target in self.forward_targets if target.needs]
         self.has_gradients = bool(self.graph.passes) or any(use.kind == "grad" for use in self.uses)
         if all(target.uses for target in self.forward_targets):
             self.plain_target_uses = frozenset().union(*(target.uses for target in self.forward_targets))

@@ -1,8 +1,6 @@
 """Forward events: what a module was called with and what it returned, read and replaced from hooks."""
 from __future__ import annotations
 
-import types
-from collections.abc import Iterator, MappingView
 from functools import partial
 
 import torch
@@ -15,10 +13,9 @@ from .moduletree import compiled_inner
 from .stopping import StopRun, never_came_after_stop
 from .sites import NoSourceError, Site, SiteError
 from .skips import SkipGate, skipped_around
+from .targets import target_elements
 
 HOOKABLE = (nn.Module, Site, SkipGate)   # what has events: a module, a site inside a forward, a skip
-# What a loop over modules may take its elements from (never a tensor, whose rows are not modules)
-LISTINGS = (list, tuple, nn.ModuleList, nn.Sequential, Iterator, MappingView)
 # What finding a module along a statement's path may raise, for a step that is not in the model
 PATH_ERRORS = (SiteError, NoSourceError, AttributeError, IndexError, KeyError, TypeError)
 
@@ -161,17 +158,11 @@ class ForwardEvents:
     def hook_targets(self, targets: list, namespace: dict) -> None:
         """Hook, before the model runs, every event whose module can be found already, except a plain path
         whose every use a statement already waits on (its module is hooked)."""
+        done = self.runtime.scheduler.done
         for target in targets:
-            if target.uses and target.uses <= self.requested:
+            if target.uses and target.uses <= self.requested or target.needs and not target.needs <= done:
                 continue
-            try:
-                found = eval(target.code, namespace)
-            except Exception:
-                continue      # the statement itself will report it, on its own line
-            if target.keep is not None and not isinstance(found, (dict, nn.ModuleDict)):
-                found = kept_elements(found, types.FunctionType(target.keep, namespace))
-            found = elements(found) if target.every_element else (found,)
-            for module in (found if target.each is None else derived(found, eval(target.each, namespace))):
+            for module in target_elements(target, namespace):
                 if isinstance(module, HOOKABLE):
                     self.hook(module, target.kind)
 
@@ -247,47 +238,3 @@ class ForwardEvents:
         if new_pair is None and new_first is None:
             return None
         return tuple(args), kwargs
-
-
-def kept_elements(container, keep):
-    """The elements of an iterable that a loop's condition keeps (an element it cannot judge is kept)."""
-    if not isinstance(container, LISTINGS):
-        return container
-    kept = []
-    for item in container:
-        try:
-            wanted = keep(item)
-        except Exception:
-            wanted = True
-        if wanted:
-            kept.append(item)
-    return kept
-
-
-def derived(found, each) -> list:
-    """`each(element)` for every element it can be asked of (`b.attn` of each block; a name from
-    `named_modules()`, or a module without `attn`, is passed over)."""
-    parts = []
-    for element in found:
-        try:
-            parts.append(each(element))
-        except Exception:
-            continue
-    return parts
-
-
-def elements(container) -> list:
-    """What a Target with `every_element` names: the elements of a list, tuple or dict, the modules of a
-    ModuleList, Sequential or ModuleDict, or what a listing such as `reversed(...)` or `named_modules()`
-    yields, with the module taken out of each `(name, module)` pair (never the rows of a tensor)."""
-    if isinstance(container, (dict, nn.ModuleDict)):
-        return list(container.values())
-    if not isinstance(container, LISTINGS):
-        return []
-    parts = []                  # a loop, not a comprehension: one call less, before every loop cell
-    for item in container:
-        if type(item) is tuple:
-            parts.extend(item)
-        else:
-            parts.append(item)
-    return parts

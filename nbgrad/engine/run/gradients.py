@@ -8,7 +8,7 @@ from torch import nn
 
 from ...errors import diagnose
 from ...errors import GradError
-from .forward import derived, elements
+from .targets import target_elements
 
 
 def register_grad_hook(tensor: torch.Tensor, hook):
@@ -179,12 +179,7 @@ class GradientEvents:
         for target in self.runtime.program.grad_targets:
             if target.pass_index != pass_index:
                 continue
-            try:
-                value = eval(target.code, self.runtime.ns)
-            except Exception:
-                continue        # the statement itself will say what is wrong, on its own line
-            found = elements(value) if target.every_element else [value]
-            for candidate in (found if target.each is None else derived(found, eval(target.each, self.runtime.ns))):
+            for candidate in target_elements(target, self.runtime.ns):
                 if target.kind is not None:
                     candidate = values.get((id(candidate), target.kind))
                 elif self.runtime.rows is not None:

@@ -146,6 +146,8 @@ class Runtime:
 
     def start_step(self) -> None:
         self.scheduler.start_ready()
+        if self.program.late_targets:      # they read names the step's own statements bind (Target.needs)
+            self.forward.hook_targets(self.program.late_targets, self.ns)
         self.forward.model_running, self.scheduler.phase = True, FORWARD
 
     def finish_step(self) -> Result:
