@@ -112,6 +112,24 @@ def test_a_callee_site_the_fused_attention_lacks_names_the_line_the_function_and
     assert run(model, inputs, cell)["pattern"].shape == (1, 4, 6, 6)
 
 
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_the_source_of_an_assignment_site_says_it_is_no_call_and_names_the_call(family):
+    """`attention_interface_0` is the assignment that picks the attention function, in both families: its
+    `.source` is an error at the cell's line that says so and names the call site, not a note about nbgrad's
+    own identity function. The call site's `.source` then works."""
+    build, path, _, _, inputs = FAMILIES[family]
+    model = build()
+    model.config._attn_implementation = "eager"
+    cell = f"p = {expression(path)}.source.attention_interface_0.source.nn_functional_softmax_0.output.save()"
+    with pytest.raises(nbgrad.NbgradError) as caught:
+        run(model, inputs, cell)
+    assert str(caught.value) == (
+        f"line 1: {type(model.get_submodule(path)).__name__}.source.attention_interface_0.source: attention_interface_0 is an assignment, not a call, so it has no "
+        "`.source` (a call site's opens the function it calls). Sites of the same name: attention_interface_1")
+    assert_untouched(model)
+    assert run(model, inputs, cell.replace("_0.source", "_1.source"))["p"].shape[-1] == inputs.shape[-1]
+
+
 def test_writing_a_site_input_and_editing_an_output_in_place():
     model = FAMILIES["plain"][0]()
     x = FAMILIES["plain"][4]

@@ -17,7 +17,7 @@ from torch import nn
 
 from ...errors import NbgradError
 from .skips import ABSENT, gate_in_place, give_back_forward
-from ..compile.sites import NoSourceError, innermost, rewrap, rewritten, site_code
+from ..compile.sites import NoSourceError, bind, innermost, rewrap, rewritten, site_code
 
 
 class SiteError(NbgradError, LookupError):
@@ -199,6 +199,13 @@ class CalleeSource(SiteTable):
         if isinstance(callee, nn.Module):
             raise SiteError(f"{self.label}: {self.parent.name} calls a module ({type(callee).__name__}); use that "
                             f"module's own `.source`")
+        if callee is bind:
+            siblings = [name for name in self.parent.table.names if name.rsplit("_", 1)[0] ==
+                        self.parent.name.rsplit("_", 1)[0] and name != self.parent.name]
+            error = SiteError(f"{self.label}: {self.parent.name} is an assignment, not a call, so it has no `.source` "
+                              f"(a call site's opens the function it calls){_same_name(siblings)}")
+            error.path = f".{self.parent.name}.source"
+            raise error
         receiver = getattr(callee, "__self__", None) if isinstance(callee, types.MethodType) else None
         function = callee.__func__ if receiver is not None else callee
         inner, peeled = innermost(function)
@@ -215,6 +222,10 @@ class CalleeSource(SiteTable):
             self.copies[key] = rewrap(peeled, rewritten(inner, self.dispatch))
         made = self.copies[key]
         return types.MethodType(made, receiver) if receiver is not None else made
+
+
+def _same_name(siblings: list) -> str:
+    return f". Sites of the same name: {', '.join(siblings)}" if siblings else ""
 
 
 def _body(module: nn.Module):
