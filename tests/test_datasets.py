@@ -243,6 +243,32 @@ def test_out_refuses_a_folder_of_another_cell(default_model, tmp_path):
                      over=["x"], out=tmp_path)
 
 
+def test_out_refuses_a_folder_of_other_examples_and_computes_a_longer_runs_new_batches(default_model, tmp_path):
+    """The same cell over other INPUTs must not hand back the values DIR holds for the first ones; the same
+    dataset grown longer reuses what matches and computes the rest (the old last batch was shorter)."""
+    model = default_model
+    body = "last = model.transformer.h[1].output[:, -1].save()\n"
+    nbgrad.trace(model, None, body, {"model": model}, over=["a b", "c", "d e f"], batch_size=2, out=tmp_path)
+    namespace = {"model": model}
+    with pytest.raises(nbgrad.NbgradError) as caught:
+        nbgrad.trace(model, None, body, namespace, over=["a b", "changed", "d e f"], batch_size=2, out=tmp_path)
+    assert str(caught.value) == (
+        f"--out {tmp_path} holds the values of other examples: the batch of examples 0-1 was computed from other "
+        f"INPUTs than this run's (another dataset, or one that changed). Give a new DIR, or delete this one to "
+        f"start again")
+    assert "last" not in namespace
+    longer = ["a b", "c", "d e f", "g", "h i"]
+    calls, handle = count_forward_calls(model)
+    try:
+        nbgrad.trace(model, None, body, namespace, over=longer, batch_size=2, out=tmp_path)
+    finally:
+        handle.remove()
+    assert len(calls) == 2          # examples 2-3 (DIR held example 2 alone) and 4; 0-1 read from DIR
+    for index, prompt in enumerate(longer):
+        torch.testing.assert_close(namespace["last"][index], plain_run(model, prompt)[0], atol=1e-5, rtol=1e-4)
+    model.zero_grad(set_to_none=True)
+
+
 def test_out_refuses_a_file(default_model, tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(nbgrad.NbgradError, match=r"--out .*notes.txt is a file, not a folder: give a folder"):

@@ -71,7 +71,7 @@ class RayBatches:
         pending, free = deque(), deque()
         try:
             for start, examples in batches:
-                if store is not None and store.has(start, len(examples)):
+                if store is not None and store.has(start, examples):
                     pending.append((start, len(examples), None, None))
                 else:
                     if not self.actors:

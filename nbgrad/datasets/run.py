@@ -78,7 +78,7 @@ class _LocalBatches:
     def run(self, batches, store):
         """(start, [{name: value} per example], plain names or None when the batch was found in DIR)."""
         for start, examples in batches:
-            if store is not None and store.has(start, len(examples)):
+            if store is not None and store.has(start, examples):
                 yield start, [{}] * len(examples), None
                 continue
             per_example, plain = run_batch(self.model, self.tokenizer, self.source, self.ns, examples, start,

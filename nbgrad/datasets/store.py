@@ -1,6 +1,7 @@
 """`--out DIR`: each finished batch's saved values in a safetensors file of its own, and an index.
 
-    DIR/index.json                   the cell, the batch size, every finished batch and the names saved
+    DIR/index.json                   the cell, the batch size, every finished batch (with a digest of its
+                                     examples) and the names saved
     DIR/batch-00000016.safetensors   the batch that starts at example 16: tensor `name/k/path` is example
                                      16+k's value of `name` (a path inside a list / dict value); the file's
                                      metadata holds the shape of each value (which keys, which plain values)
@@ -13,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -38,15 +40,29 @@ class Store:
             raise ArgumentError(f"--out {folder}: the folder cannot be made ({error.strerror or error})") from error
         self.cell = hashlib.sha256(source.strip().encode()).hexdigest()[:16]
         self.batch_size = batch_size
+        self.digests_asked: dict = {}    # start -> digest of the examples `has` was asked about, for `write`
         index = self._read_index()
         if index and (index["cell"], index["batch_size"]) != (self.cell, batch_size):
             raise NbgradError(f"--out {folder} holds the values of another cell or another --batch-size "
                               f"({index['batch_size']}): give a new DIR, or delete this one to start again")
         self.batches = {int(start): count for start, count in (index or {}).get("batches", {}).items()}
+        self.digests = {int(start): digest for start, digest in (index or {}).get("examples", {}).items()}
         self.names = list((index or {}).get("names", []))
 
-    def has(self, start: int, count: int) -> bool:
-        return self.batches.get(start) == count and self._file(start).exists()
+    def has(self, start: int, examples: list) -> bool:
+        """Does DIR hold the batch of these examples that starts at `start`? One computed from other examples
+        is an error: the run would hand back another dataset's values as this one's. A batch of another size
+        (a run over fewer examples ended there) is computed again."""
+        digest = self.digests_asked[start] = examples_digest(examples)
+        if self.batches.get(start) != len(examples) or not self._file(start).exists():
+            return False
+        held = self.digests.get(start)
+        if held is not None and held != digest:
+            raise NbgradError(f"--out {self.folder} holds the values of other examples: the batch of examples "
+                              f"{start}-{start + len(examples) - 1} was computed from other INPUTs than this run's "
+                              f"(another dataset, or one that changed). Give a new DIR, or delete this one to start "
+                              f"again")
+        return True
 
     def write(self, start: int, per_example: list) -> None:
         tensors, layout = {}, []
@@ -59,8 +75,11 @@ class Store:
             {key: tensor.contiguous() for key, tensor in tensors.items()}, str(path),
             metadata={"layout": json.dumps(layout)}))
         self.batches[start] = len(per_example)
+        if start in self.digests_asked:
+            self.digests[start] = self.digests_asked.pop(start)
         index = {"cell": self.cell, "batch_size": self.batch_size, "names": self.names,
-                 "batches": {str(s): c for s, c in sorted(self.batches.items())}}
+                 "batches": {str(s): c for s, c in sorted(self.batches.items())},
+                 "examples": {str(s): d for s, d in sorted(self.digests.items())}}
         _atomic(self.folder / INDEX, lambda path: path.write_text(json.dumps(index, indent=1)))
 
     def lists(self, count: int) -> dict:
@@ -110,6 +129,36 @@ class StoredList:
 
     def __repr__(self) -> str:
         return f"<{self.count} values of {self.name!r} in {self.store.folder}, loaded on access>"
+
+
+def examples_digest(examples: list) -> str:
+    """A short digest of a batch's INPUTs (texts, tensors, dicts of them, images, anything with a stable repr)."""
+    hasher = hashlib.sha256()
+    for example in examples:
+        _feed(hasher, example)
+    return hasher.hexdigest()[:16]
+
+
+def _feed(hasher, value) -> None:
+    hasher.update(type(value).__name__.encode() + b"\0")
+    if isinstance(value, str):
+        hasher.update(value.encode())
+    elif isinstance(value, torch.Tensor):
+        value = value.detach().cpu().contiguous()
+        hasher.update(f"{value.dtype}{tuple(value.shape)}".encode())
+        hasher.update(value.view(torch.uint8).numpy().tobytes() if value.numel() else b"")
+    elif isinstance(value, Mapping):
+        for key in sorted(value, key=str):
+            hasher.update(str(key).encode() + b"\0")
+            _feed(hasher, value[key])
+    elif isinstance(value, (list, tuple)):
+        for element in value:
+            _feed(hasher, element)
+    elif hasattr(value, "tobytes") and hasattr(value, "size"):       # a PIL image
+        hasher.update(f"{value.size}{getattr(value, 'mode', '')}".encode() + value.tobytes())
+    else:
+        hasher.update(repr(value).encode())
+    hasher.update(b"\1")
 
 
 def _atomic(path: Path, write) -> None:
