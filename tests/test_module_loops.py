@@ -311,10 +311,12 @@ with loss.backward():
     "layers = model.transformer.h\nresid = [b.output.save() for b in reversed(layers)]",
     "layers = model.transformer.h\nresid = [layers[i].output.save() for i in reversed(range(len(layers)))]",
     "blocks = list(model.transformer.h)\nresid = [blocks[i].output.save() for i in (3, 2, 1, 0)]",
+    "blocks = list(model.transformer.h)\nblocks.reverse()\nresid = [b.output.save() for b in blocks]",
 ])
 def test_a_name_the_cell_binds_to_the_blocks_reads_them_in_any_order(tiny, ids, cell):
     """`layers = model.transformer.h` in the cell, then a loop over `reversed(layers)`: hooked ahead once the
-    statement that binds `layers` has run, as `reversed(model.transformer.h)` is. Against forward hooks."""
+    statements that bind and change `layers` have run, as `reversed(model.transformer.h)` is. Against forward
+    hooks."""
     before = model_state(tiny)
     ns = {"model": tiny}
     nbgrad.trace(tiny, ids, cell, ns)

@@ -270,7 +270,7 @@ class _Builder:
                                each=indexed[1])
             else:
                 continue
-            needs = frozenset(alias_at[name] for name in read_names(target) if name in alias_at)
+            needs = frozenset().union(*(alias_at[name] for name in read_names(target) if name in alias_at))
             targets.append(dataclasses.replace(found, needs=needs) if needs else found)
         return targets
 

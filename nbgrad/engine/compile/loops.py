@@ -162,21 +162,22 @@ def indexed_container(target: ast.expr, free: frozenset, filename: str):
 
 def aliases(statements: list) -> dict:
     """Names the cell binds once, at its top level, as `NAME = EXPR` and stores nowhere else
-    (`layers = model.transformer.h`) -> the index of that statement: an expression that reads one may be
-    evaluated before the run once that statement has run (Target.needs), so `reversed(layers)` is hooked
-    ahead like `reversed(model.transformer.h)`. A name another statement changes in place is not one."""
-    stores, changed = {}, set()
-    for stmt in statements:
+    (`layers = model.transformer.h`) -> the indices of that statement and of those that change it in place
+    (`layers.reverse()`): an expression that reads the name may be evaluated before the run once they have
+    all run (Target.needs), so `reversed(layers)` is hooked ahead like `reversed(model.transformer.h)`."""
+    stores, changed_by = {}, {}
+    for index, stmt in enumerate(statements):
         for node in ast.walk(stmt):
             if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
                 stores[node.id] = stores.get(node.id, 0) + 1
-        changed |= bound_names(stmt)[1]
+        for name in bound_names(stmt)[1]:
+            changed_by.setdefault(name, set()).add(index)
     found = {}
     for index, stmt in enumerate(statements):
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
             name = stmt.targets[0].id
-            if stores[name] == 1 and name not in changed:
-                found[name] = index
+            if stores[name] == 1:
+                found[name] = frozenset({index} | changed_by.get(name, set()))
     return found
 
 
