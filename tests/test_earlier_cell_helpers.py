@@ -100,3 +100,11 @@ def test_helpers_in_a_run_over_a_dataset(notebook, tiny):
         assert torch.allclose(notebook.user_ns["logits"][k][:, -length:], logits, atol=1e-5)
     assert_clean(tiny, before)
     notebook.user_ns.pop("rows")
+
+
+def test_an_edit_in_a_helper_that_comes_too_late_is_an_error_not_lost(notebook, tiny):
+    before = model_state(tiny)
+    result = notebook.run_cell("%%trace model ids -q\nif model.transformer.h[2].output is not None:\n    silence(0)")
+    assert not result.success
+    assert str(result.error_in_exec).startswith("line 2: model.transformer.h[i].output is edited too late")
+    assert_clean(tiny, before)

@@ -308,6 +308,18 @@ def test_functions_defined_in_a_cell_keep_working(tiny, ids):
     assert ns["double"](3) == 6
 
 
+def test_an_edit_inside_a_function_that_comes_too_late_is_an_error_not_lost(tiny, ids):
+    """The function's body is rewritten from a copy: its in-place edits must still count as edits, so one that
+    comes after its module ran says so instead of editing a tensor the model has already used."""
+    before = model_state(tiny)
+    cell = "def zero0(t):\n    model.transformer.h[0].output[:] = 0\nzero0(model.transformer.h[2].output)"
+    with pytest.raises(nbgrad.NbgradError) as caught:
+        nbgrad.trace(tiny, ids, cell, {"model": tiny})
+    assert str(caught.value).startswith("line 2: model.transformer.h[0].output is edited too late: "
+                                        "model.transformer.h[0] has already run")
+    assert_clean(tiny, before)
+
+
 def test_flags_restored_after_the_model_changes_shape(tiny, ids):
     nbgrad.trace(tiny, ids, "a = model.transformer.h[0].output.save()")
     tiny.extra = torch.nn.Linear(2, 2)

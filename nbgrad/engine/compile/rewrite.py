@@ -9,6 +9,7 @@ from .cellast import (MODULE_EVENTS, const, generator_function, is_backward_bloc
                       touches_events)
 from ...errors import NbgradError
 from .program import RUNTIME_NAME, TEMP_PREFIX
+from .dataflow import written_events
 
 
 TWIN_ATTR = "__nbgrad_twin__"
@@ -194,6 +195,7 @@ class Rewriter(ast.NodeTransformer):
                                returns=None, type_params=[])
         ast.copy_location(twin, node)
         outer, self.hoisted = self.hoisted, []
+        self.written |= written_events(twin)         # the copy's own nodes: its edits are edits, not reads
         twin = self.generic_visit(twin)
         twin.body[0:0] = self.hoisted                # its comprehensions see its arguments
         self.hoisted = outer
@@ -211,6 +213,7 @@ class Rewriter(ast.NodeTransformer):
             if "lineno" in child._attributes:       # an empty column span: its text is unparsed, not cut from the cell
                 child.lineno, child.end_lineno, child.col_offset, child.end_col_offset = line, line, 0, 0
         outer, self.hoisted, self.in_helper = self.hoisted, [], True
+        self.written |= written_events(twin)
         outer_loops = self.builder.loop_sources
         self.builder.loop_sources = {**outer_loops, **loop_sources(twin)}     # the helper's own loops
         try:
