@@ -102,6 +102,18 @@ def test_helpers_in_a_run_over_a_dataset(notebook, tiny):
     notebook.user_ns.pop("rows")
 
 
+def test_a_helper_called_in_a_reversed_loop_reads_in_any_order(notebook, tiny):
+    """What a helper reads of its parameter, for what each call in the loop passes, is hooked before the run."""
+    assert notebook.run_cell("def last_of(block):\n    return block.output[:, -1]").success
+    try:
+        result = notebook.run_cell("%%trace model ids -q\nx = [last_of(b).save() for b in reversed(model.transformer.h)]")
+        assert result.success, result.error_in_exec
+        outputs, _ = plain_run(tiny)
+        assert [torch.equal(value, outputs[3 - k][:, -1]) for k, value in enumerate(notebook.user_ns["x"])] == [True] * 4
+    finally:
+        notebook.user_ns.pop("last_of", None)
+
+
 def test_an_edit_in_a_helper_that_comes_too_late_is_an_error_not_lost(notebook, tiny):
     before = model_state(tiny)
     result = notebook.run_cell("%%trace model ids -q\nif model.transformer.h[2].output is not None:\n    silence(0)")

@@ -355,3 +355,43 @@ def test_an_iterator_of_the_users_is_left_for_the_loop_to_consume(tiny, ids, mad
     for index, value in enumerate(ns["resid"]):
         assert torch.equal(value, outputs[f"transformer.h.{index}"])
     assert_clean(tiny, before)
+
+
+@pytest.mark.parametrize("cell, order", [
+    ("def attn_of(b):\n    return b.attn.output[0]\nouts = [attn_of(b).save() for b in reversed(model.transformer.h)]",
+     (3, 2, 1, 0)),
+    ("def attn_of(block):\n    return block.attn.output[0]\nouts = [attn_of(x).save() for x in model.transformer.h[::-1]]",
+     (3, 2, 1, 0)),
+    ("def attn_at(i):\n    return model.transformer.h[i].attn.output[0]\nouts = [attn_at(i).save() for i in (2, 0, 3)]",
+     (2, 0, 3)),
+    ("def attn_of(b, scale=1):\n    return b.attn.output[0] * scale\n"
+     "outs = [attn_of(scale=1, b=b).save() for b in reversed(model.transformer.h)]", (3, 2, 1, 0)),
+])
+def test_a_function_the_cell_defines_reads_what_each_call_passes_in_any_order(tiny, ids, cell, order):
+    """A loop that calls the cell's own function: what the function reads of its parameter, for what each call
+    passes, is hooked before the run (`b.attn` of every block), as the same read written in the loop is.
+    Against forward hooks."""
+    before = model_state(tiny)
+    ns = {"model": tiny}
+    nbgrad.trace(tiny, ids, cell, ns)
+    outputs = hooked(tiny, ids, [f"transformer.h.{i}.attn" for i in range(4)])[0]
+    assert len(ns["outs"]) == len(order)
+    for value, index in zip(ns["outs"], order):
+        assert torch.equal(value, outputs[f"transformer.h.{index}.attn"][0])
+    assert_clean(tiny, before)
+
+
+def test_an_edit_inside_a_function_the_cell_defines_is_an_edit(tiny, ids):
+    """`def zero(b): b.mlp.output[:] = 0` edits: called in call order it is the hooks' edit; called in reverse it
+    is an error that says why (its edits of blocks that have run would be lost), not a silent no-op."""
+    before = model_state(tiny)
+    body = "def zero(b):\n    b.mlp.output[:] = 0\nfor b in {blocks}:\n    zero(b)\nlogits = model.output.logits.save()"
+    result = nbgrad.trace(tiny, ids, body.format(blocks="model.transformer.h"), {"model": tiny})
+    names = [f"transformer.h.{i}.mlp" for i in range(4)]
+    _, logits = hooked_outputs(tiny, ids, names, lambda name, output: torch.zeros_like(output))
+    assert torch.allclose(result.saved["logits"], logits, atol=1e-6)
+    with pytest.raises(nbgrad.NbgradError) as caught:
+        nbgrad.trace(tiny, ids, body.format(blocks="reversed(model.transformer.h)"), {"model": tiny})
+    assert str(caught.value).startswith("line 2: b.mlp.output is edited too late: b.mlp has already run")
+    assert "must visit the modules in the order the model calls them" in str(caught.value)
+    assert_clean(tiny, before)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import builtins
-import dataclasses
 import textwrap
 import types
 from functools import lru_cache
@@ -23,6 +22,7 @@ from .loops import (aliases, element_code, indexed_container, innermost_path, is
 from .graph import BackwardPass, EventUse, HookGraph, Node
 from .program import TEMP_PREFIX, CompiledNode, Invoke, Program, Target
 from .rewrite import Rewriter
+from .targets import forward_targets
 from .siteaccess import open_sources
 
 _serial = 0
@@ -80,6 +80,9 @@ class _Builder:
         self.twins: set = set()          # names of functions the cell defines whose direct calls can pause
         self.twin_defs: set = set()      # ids of their `def` statements
         self.cell_bound: set = set()     # every name the cell binds (a `cache` of its own is not nbgrad's)
+        self.function = None             # (name, parameters) of the function whose body is being rewritten
+        self.use_function: list = []     # that, for each use (None at the cell's level)
+        self.calls: list = []            # targets.Call: the cell's calls of its functions whose reads pause
 
     def build(self, body: list) -> Program:
         plain = calls_nothing(body)          # before the statements are rewritten
@@ -115,7 +118,7 @@ class _Builder:
         graph = HookGraph(nodes=specs, passes=self.passes)
         bound = frozenset(n for n in all_bound if not n.startswith(TEMP_PREFIX))
         return Program(self.source, self.mode, self.filename, graph, nodes, self.uses,
-                       forward_targets=self._forward_targets(free, alias_at), grad_targets=self.grad_targets,
+                       forward_targets=forward_targets(self, free, alias_at), grad_targets=self.grad_targets,
                        bound_names=bound, invokes=self.invokes, calls_nothing=plain, called_names=called_names,
                        helper_globals=helper_globals)
 
@@ -124,6 +127,7 @@ class _Builder:
     def add_use(self, kind: str, target: ast.expr, line: int, write: bool, row_zero: bool = False) -> int:
         text = self._text(target)
         self.uses.append(EventUse(kind, text, line, write, row_zero))
+        self.use_function.append(self.function)
         through = loop_variable(target, self.loop_sources)       # `b`, or `b.attn`, in a loop over `b`
         self.use_ast.append(self.loop_sources[through] if through else target)
         self.use_loop.append(through and (self.loop_filters.get(through), element_code(through, target, self.filename)))
@@ -248,31 +252,6 @@ class _Builder:
         return "stop" not in self.cell_bound and any(
             isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "stop"
             for n in walk_cell_level(stmt))
-
-    def _forward_targets(self, free: frozenset, alias_at: dict) -> list:
-        """Module events whose module the runtime can find before the run: hooked before the model starts (or,
-        for an expression that reads a name the cell binds, once the statement binding it has run)."""
-        targets, seen, same, names = [], set(), {}, free | alias_at.keys()
-        for index, use in enumerate(self.uses):
-            same[use.kind, use.target] = same.get((use.kind, use.target), frozenset()) | {index}
-        for use, target, loop in zip(self.uses, self.use_ast, self.use_loop):
-            keep, each = loop or (None, None)
-            if use.kind == "grad" or (use.kind, use.target, keep) in seen:
-                continue
-            seen.add((use.kind, use.target, keep))
-            if loop and is_module_iterable(target, names):  # `[b.attn.output for b in reversed(model.transformer.h)]`
-                found = Target(use.kind, self._text(target), self._eval_code(target), every_element=True, keep=keep,
-                               each=each, base=(base := innermost_path(target)) and self._eval_code(base))
-            elif is_path(target, names):
-                found = Target(use.kind, use.target, self._eval_code(target), uses=same[use.kind, use.target])
-            elif (indexed := indexed_container(target, names, self.filename)) is not None:  # `P[i]`, `P[i].attn`
-                found = Target(use.kind, self._text(indexed[0]), self._eval_code(indexed[0]), every_element=True,
-                               each=indexed[1])
-            else:
-                continue
-            needs = frozenset().union(*(alias_at[name] for name in read_names(target) if name in alias_at))
-            targets.append(dataclasses.replace(found, needs=needs) if needs else found)
-        return targets
 
     def temp_name(self, what: str) -> str:
         """A name no other generated name in the cell has."""

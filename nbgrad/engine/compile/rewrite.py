@@ -10,6 +10,7 @@ from .cellast import (MODULE_EVENTS, const, generator_function, is_backward_bloc
 from ...errors import NbgradError
 from .program import RUNTIME_NAME, TEMP_PREFIX
 from .dataflow import written_events
+from .targets import Call, parameters
 
 
 TWIN_ATTR = "__nbgrad_twin__"
@@ -59,6 +60,9 @@ class Rewriter(ast.NodeTransformer):
             method = ast.Attribute(value=name(RUNTIME_NAME), attr=node.func.id, ctx=ast.Load())
             return ast.Call(func=method, args=[const(node.lineno)] + [self.visit(a) for a in node.args],
                             keywords=[self.visit(k) for k in node.keywords])
+        called = node.func.id if isinstance(node.func, ast.Name) else None
+        if called in self.builder.twins or called in self.builder.helpers:
+            self._remember_call(node)
         if isinstance(node.func, ast.Name) and node.func.id in self.builder.helpers and not self.in_helper:
             call = ast.Call(func=name(self._helper_twin(node.func.id, node.lineno)),
                             args=[self.visit(a) for a in node.args], keywords=[self.visit(k) for k in node.keywords])
@@ -183,6 +187,14 @@ class Rewriter(ast.NodeTransformer):
                                   f"read the value in the cell and pass it to the function", inner.lineno)
         return node
 
+    def _remember_call(self, node: ast.Call) -> None:
+        """A call, at the cell's level, of a function whose reads can pause: what its reads name for what the call
+        passes may be hooked before the run (targets.py)."""
+        if self.builder.function is None and not self.in_helper:
+            self.builder.calls.append(Call(node.func.id, copy.deepcopy(node.args),
+                                           {k.arg: copy.deepcopy(k.value) for k in node.keywords if k.arg},
+                                           dict(self.builder.loop_sources)))
+
     def _calls_twin(self, node: ast.AST) -> bool:
         return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
                    and (n.func.id in self.builder.twins or n.func.id in self.builder.helpers) for n in ast.walk(node))
@@ -196,7 +208,11 @@ class Rewriter(ast.NodeTransformer):
         ast.copy_location(twin, node)
         outer, self.hoisted = self.hoisted, []
         self.written |= written_events(twin)         # the copy's own nodes: its edits are edits, not reads
-        twin = self.generic_visit(twin)
+        self.builder.function = (node.name, parameters(node))
+        try:
+            twin = self.generic_visit(twin)
+        finally:
+            self.builder.function = None
         twin.body[0:0] = self.hoisted                # its comprehensions see its arguments
         self.hoisted = outer
         attach = ast.Assign(targets=[ast.Attribute(value=name(node.name), attr=TWIN_ATTR, ctx=ast.Store())],
@@ -216,10 +232,11 @@ class Rewriter(ast.NodeTransformer):
         self.written |= written_events(twin)
         outer_loops = self.builder.loop_sources
         self.builder.loop_sources = {**outer_loops, **loop_sources(twin)}     # the helper's own loops
+        self.builder.function = (helper, parameters(twin))
         try:
             twin = self.generic_visit(twin)
         finally:
-            self.in_helper, self.builder.loop_sources = False, outer_loops
+            self.in_helper, self.builder.loop_sources, self.builder.function = False, outer_loops, None
         twin.body[0:0] = self.hoisted
         self.hoisted = outer
         self.hoisted.append(twin)
