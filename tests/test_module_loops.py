@@ -366,6 +366,10 @@ def test_an_iterator_of_the_users_is_left_for_the_loop_to_consume(tiny, ids, mad
      (2, 0, 3)),
     ("def attn_of(b, scale=1):\n    return b.attn.output[0] * scale\n"
      "outs = [attn_of(scale=1, b=b).save() for b in reversed(model.transformer.h)]", (3, 2, 1, 0)),
+    ("def attns(blocks):\n    return [b.attn.output[0].save() for b in reversed(blocks)]\n"
+     "outs = attns(model.transformer.h)", (3, 2, 1, 0)),
+    ("def attns(blocks):\n    return [b.attn.output[0].save() for b in blocks]\n"
+     "outs = attns(model.transformer.h[::-2])", (3, 1)),
 ])
 def test_a_function_the_cell_defines_reads_what_each_call_passes_in_any_order(tiny, ids, cell, order):
     """A loop that calls the cell's own function: what the function reads of its parameter, for what each call

@@ -8,7 +8,7 @@ import ast
 import copy
 import dataclasses
 
-from .cellast import is_path, opens_source
+from .cellast import is_path
 from .dataflow import read_names
 from .loops import element_code, indexed_container, innermost_path, is_module_iterable, loop_variable
 from .program import Target
@@ -59,45 +59,55 @@ def forward_targets(builder, free: frozenset, alias_at: dict) -> list:
 def _through_calls(builder) -> list:
     """Target entries for the reads inside the cell's functions, one per call: the read with the function's
     parameter replaced by what the call passes it (`b.attn` for `attn_of(b)`), seen from the calling
-    statement's loops. A read through a loop of the function's own is left as it is."""
+    statement's loops; for a read through a loop of the function's own over its parameter
+    (`[b.output for b in blocks]`), that loop's container with the call's argument in it."""
     entries = []
     for call in builder.calls:
         if any(isinstance(argument, ast.Starred) for argument in call.args):
             continue          # `f(*blocks)`: which parameter gets what is not known here
         for use, target, loop, context in zip(builder.uses, builder.use_ast, builder.use_loop, builder.use_function):
-            if loop or context is None or context[0] != call.function:
+            if context is None or context[0] != call.function:
                 continue
             for position, parameter in enumerate(context[1]):
                 argument = call.args[position] if position < len(call.args) else call.keywords.get(parameter)
                 read = substituted(target, parameter, argument) if argument is not None else None
-                if read is None:
-                    continue
-                through = loop_variable(read, call.loop_sources)
-                text = ast.unparse(read)
-                if through is None:
-                    entries.append((use.kind, text, read, None, frozenset()))
-                else:
-                    each = element_code(through, read, builder.filename)
-                    entries.append((use.kind, text, call.loop_sources[through], (None, each), frozenset()))
+                if read is not None:
+                    entries.append(_entry(builder, use, read, loop, call.loop_sources))
     return entries
 
 
+def _entry(builder, use, read: ast.expr, loop, loop_sources: dict) -> tuple:
+    """(kind, text, target expression, loop, uses) for a read a call makes (`read`: what it names, or the
+    container of the function's own loop when `loop` is that loop's (keep, each))."""
+    text = ast.unparse(read)
+    if loop:
+        return use.kind, f"{use.target} in {text}", read, loop, frozenset()
+    through = loop_variable(read, loop_sources)
+    if through is None:
+        return use.kind, text, read, None, frozenset()
+    return use.kind, text, loop_sources[through], (None, element_code(through, read, builder.filename)), frozenset()
+
+
 def substituted(target: ast.expr, parameter: str, argument: ast.expr) -> ast.expr | None:
-    """`target` (`b.attn`, `b.attn.source.SITE`) with its root name `parameter` replaced by `argument`;
-    None when its root is another name (or it has none)."""
-    read = copy.deepcopy(target)
-    parent, field, node = None, None, read
-    while isinstance(node, (ast.Attribute, ast.Subscript)) or opens_source(node):
-        if opens_source(node):
-            parent, field, node = node, "args", node.args[0]
-        else:
-            parent, field, node = node, "value", node.value
-    if not isinstance(node, ast.Name) or node.id != parameter:
+    """`target` (`b.attn`, `reversed(blocks)`, `model.transformer.h[i]`) with the name `parameter` replaced by
+    `argument` wherever it stands; None when it does not read that name."""
+    replacer = _Replace(parameter, argument)
+    read = replacer.visit(copy.deepcopy(target))
+    if not replacer.replaced:
         return None
-    if parent is None:
-        return copy.deepcopy(argument)
-    if field == "args":
-        parent.args[0] = copy.deepcopy(argument)
-    else:
-        parent.value = copy.deepcopy(argument)
+    for node in ast.walk(read):      # no place in the cell's text: it is named by `ast.unparse`, not a span
+        for attribute in ("lineno", "col_offset", "end_lineno", "end_col_offset"):
+            if hasattr(node, attribute):
+                delattr(node, attribute)
     return read
+
+
+class _Replace(ast.NodeTransformer):
+    def __init__(self, parameter: str, argument: ast.expr):
+        self.parameter, self.argument, self.replaced = parameter, argument, False
+
+    def visit_Name(self, node):
+        if node.id != self.parameter or not isinstance(node.ctx, ast.Load):
+            return node
+        self.replaced = True
+        return copy.deepcopy(self.argument)
