@@ -15,13 +15,14 @@ MODULE_EVENTS = ("output", "input", "inputs")
 _NO_EVENT = re.compile(r"'(\w+)' object has no attribute '(output|inputs|input)'")
 
 
-def add_hints(error: BaseException, runtime) -> None:
-    """Note on `error` what nbgrad can tell about its cause from the run that raised it."""
+def add_hints(error: BaseException, events) -> None:
+    """Note on `error` what nbgrad can tell about its cause from the run that raised it: `events` is what answered
+    its reads (the runtime's ForwardEvents, or a direct run), with what they returned of note."""
     if not isinstance(error, Exception) or getattr(error, "_nbgrad_hinted", False):
         return
-    hints = [_event_outside_the_cell(error), _tuple_as_tensor(error, runtime.forward.tuple_reads),
-             _not_a_tensor(error, runtime.forward.other_reads),
-             _after_a_replacement(error, runtime.forward.last_replacement)]
+    hints = [_event_outside_the_cell(error), _tuple_as_tensor(error, events.tuple_reads),
+             _not_a_tensor(error, events.other_reads),
+             _after_a_replacement(error, events.last_replacement)]
     for hint in filter(None, hints):
         error.add_note(f"nbgrad: {hint}")
     try:

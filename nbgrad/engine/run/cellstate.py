@@ -24,7 +24,9 @@ def unsaved_names(namespace: dict) -> dict:
 
 class CellState:
     """A snapshot taken before the cell runs (reading only), given back by `restore_*` after it. Every
-    restore is idempotent: clean-up may run it again after an interrupt cut it short."""
+    restore is idempotent: clean-up may run it again after an interrupt cut it short. (A direct run is its
+    own CellState: one object less in every cell.)"""
+    __slots__ = ("namespace", "grad_mode", "columns", "flags", "before", "outer_runtime")
 
     def __init__(self, program, namespace: dict, model: nn.Module | None, active: list):
         self.namespace = namespace
@@ -52,13 +54,15 @@ class CellState:
     def restore_namespace(self, saved_ids) -> None:
         """Unbind the traced values the body bound but did not save (remembering their names), and give
         the runtime slot back to whoever held it."""
-        unsaved = _unsaved.setdefault(id(self.namespace), {})
+        unsaved = _unsaved.get(id(self.namespace))      # made for the first name to remember, not for every cell
         for name in list(self.before):
             value = self.namespace.get(name, _MISSING)
             if (value is _MISSING or value is self.before[name] or id(value) in saved_ids
                     or not _holds_unsaved(value, saved_ids)):
-                unsaved.pop(name, None)
+                if unsaved:
+                    unsaved.pop(name, None)
             else:
+                unsaved = _unsaved.setdefault(id(self.namespace), {})
                 unsaved[name] = type(value).__name__
                 del self.namespace[name]
             del self.before[name]

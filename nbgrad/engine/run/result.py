@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 _MISSING = object()
+_EMPTY_FIELDS = {"shapes": dict, "leaf_grads": dict, "accumulated": set, "grad_pairs": dict, "invokes": list,
+                 "saved_invokes": dict}
 
 
 @dataclass(init=False)
@@ -21,17 +23,21 @@ class Result:
 
     def __init__(self, saved: dict, graph, shapes=None, leaf_grads=None, accumulated=None, grad_pairs=None,
                  input_ids=None, invokes=None, saved_invokes=None):
-        # Written out rather than generated: the graph goes in without the property's call, and the empty
-        # containers without default factories; every cell returns one
-        self.saved = saved
-        self.__dict__["_graph"] = graph
-        self.shapes = {} if shapes is None else shapes
-        self.leaf_grads = {} if leaf_grads is None else leaf_grads
-        self.accumulated = set() if accumulated is None else accumulated
-        self.grad_pairs = {} if grad_pairs is None else grad_pairs
-        self.input_ids = input_ids
-        self.invokes = [] if invokes is None else invokes
-        self.saved_invokes = {} if saved_invokes is None else saved_invokes
+        # Written out rather than generated: the graph goes in without the property's call, and a field left
+        # out is made empty when first read (`__getattr__`), not with every cell's result
+        fields = self.__dict__
+        fields["saved"], fields["_graph"], fields["input_ids"] = saved, graph, input_ids
+        for name, value in (("shapes", shapes), ("leaf_grads", leaf_grads), ("accumulated", accumulated),
+                            ("grad_pairs", grad_pairs), ("invokes", invokes), ("saved_invokes", saved_invokes)):
+            if value is not None:
+                fields[name] = value
+
+    def __getattr__(self, name):         # only for a name not set: an empty field, made on first read
+        make = _EMPTY_FIELDS.get(name)
+        if make is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        value = self.__dict__[name] = make()
+        return value
 
     def __getitem__(self, name):
         return self.saved[name]
@@ -74,37 +80,38 @@ class SavedValues:
             self.invoke_of[id(value)] = current.node.spec.invoke
         return value
 
-    def by_name(self, bound_names: frozenset, namespace: dict) -> dict:
-        """Saved values in the order they were saved, under every name the cell bound them to."""
-        names: dict = {}                 # id(value) -> every name the cell bound it to, alphabetically
-        containers = []
-        for name in sorted(bound_names):
-            value = namespace.get(name, _MISSING)
-            if value is not _MISSING:
-                names.setdefault(id(value), []).append(name)
-                if isinstance(value, (list, tuple, dict)):
-                    containers.append((name, value))
-        for name, value in containers:      # then elements: `hidden = [... .save() for ...]`
-            if isinstance(value, dict):
-                for key, element in value.items():
-                    names.setdefault(id(element), [f"{name}[{key!r}]"])
-            else:
-                for index, element in enumerate(value):
-                    names.setdefault(id(element), [f"{name}[{index}]"])
-        in_source_order = list(self.by_id.items())
-        previous = 0
-        for _, (_, _, line) in in_source_order:     # saved in source order already, the common case: no sort
-            if line < previous:
-                in_source_order.sort(key=lambda item: item[1][2])
-                break
-            previous = line
-        named = {}
-        for value_id, (label, value, _) in in_source_order:
-            for name in names.get(value_id, [label]):
-                if name in named:         # one line saved several values (a loop): number them
-                    name = f"{name} #{sum(1 for k in named if k.split(' #')[0] == name) + 1}"
-                named[name] = value
-        return named
+
+def saved_by_name(by_id: dict, bound_names: frozenset, namespace: dict) -> dict:
+    """Saved values in the order they were saved, under every name the cell bound them to."""
+    names: dict = {}                 # id(value) -> every name the cell bound it to, alphabetically
+    containers = []
+    for name in sorted(bound_names):
+        value = namespace.get(name, _MISSING)
+        if value is not _MISSING:
+            names.setdefault(id(value), []).append(name)
+            if isinstance(value, (list, tuple, dict)):
+                containers.append((name, value))
+    for name, value in containers:      # then elements: `hidden = [... .save() for ...]`
+        if isinstance(value, dict):
+            for key, element in value.items():
+                names.setdefault(id(element), [f"{name}[{key!r}]"])
+        else:
+            for index, element in enumerate(value):
+                names.setdefault(id(element), [f"{name}[{index}]"])
+    in_source_order = list(by_id.items())
+    previous = 0
+    for _, (_, _, line) in in_source_order:     # saved in source order already, the common case: no sort
+        if line < previous:
+            in_source_order.sort(key=lambda item: item[1][2])
+            break
+        previous = line
+    named = {}
+    for value_id, (label, value, _) in in_source_order:
+        for name in names.get(value_id, [label]):
+            if name in named:         # one line saved several values (a loop): number them
+                name = f"{name} #{sum(1 for k in named if k.split(' #')[0] == name) + 1}"
+            named[name] = value
+    return named
 
 
 def names_by_id(bound_names: frozenset, namespace: dict) -> dict:

@@ -10,41 +10,25 @@ resumed when what it waits for exists, every hook removed and every flag restore
 """
 from __future__ import annotations
 
-import threading
 from threading import get_ident
 
 import torch
 from torch import nn
 
-from ...errors import NbgradError, for_the_cell, hints, located
+from ...errors import for_the_cell, hints, located
+from .claims import _local, _tracing, active_runtime, claim, release  # noqa: F401  (tests read _local, _tracing)
 from .cellstate import CellState
 from .forward import ForwardEvents
 from ..compile.graph import HookGraph, Run
 from .gradients import GradientEvents
 from .hookset import HookSet
 from ..compile.program import RUNTIME_NAME, Backward, GradRead, GradWrite, Program, Read, Write
-from .result import Later, Result, SavedValues, grad_pairs
+from .result import Later, Result, SavedValues, grad_pairs, saved_by_name
 from .scheduler import AFTER_FORWARD, FORWARD, Scheduler
 from .caching import start_cache
 from .stopping import StopRun, request_stop
 from .sites import source_of
 from .skips import skip_of
-
-
-class _PerThread(threading.local):
-    """Made anew in each thread that reads it, so that `_local.runtimes` always exists there."""
-
-    def __init__(self):
-        self.runtimes: list = []         # the runtimes now running in this thread, innermost last
-
-
-_local = _PerThread()
-_tracing: dict = {}                 # id(model) -> id of the thread whose runs trace it
-
-
-def active_runtime():
-    runtimes = _local.runtimes
-    return runtimes[-1] if runtimes else None
 
 
 class Runtime:
@@ -190,7 +174,7 @@ class Runtime:
 
     def _for_the_cell(self, error: BaseException) -> BaseException:
         error = located(error, self.program.uses)
-        hints.add_hints(error, self)
+        hints.add_hints(error, self.forward)
         try:
             error.nbgrad_graph = self.graph()      # what ran, and which statement failed
         except AttributeError:
@@ -199,11 +183,8 @@ class Runtime:
 
     def _enter(self) -> None:
         model = self.model
-        # One model, one trace at a time: two threads tracing it would mix their edits and values. No lock:
-        # `setdefault` is atomic, and a lock's `with` can be cut by an interrupt before it releases.
-        if model is not None and _tracing.setdefault(id(model), me := get_ident()) != me:
-            raise NbgradError(f"{type(model).__name__} is being traced by another thread right now: nbgrad runs "
-                              f"one trace of a model at a time. Wait for it, or trace a copy")
+        if model is not None and _tracing.setdefault(id(model), me := get_ident()) != me:   # claim, written out
+            claim(model)
         runtimes = self.thread_runtimes = _local.runtimes     # read once: a thread-local costs us cold
         self.state = CellState(self.program, self.ns, model, runtimes)
         runtimes.append(self)
@@ -223,14 +204,7 @@ class Runtime:
             if state.columns is not None or torch.is_grad_enabled() != state.grad_mode:
                 state.restore_grad_state()
             state.restore_namespace(self.saved.by_id)
-        runtimes = self.thread_runtimes if self.thread_runtimes is not None else _local.runtimes
-        if self in runtimes:
-            runtimes.remove(self)
-        model = self.model
-        # The model is given back unless a run of this thread that this one is nested in still traces it
-        if (model is not None and (not runtimes or not any_traces(runtimes, model))
-                and _tracing.get(id(model)) == get_ident()):
-            _tracing.pop(id(model), None)
+        release(self, self.thread_runtimes if self.thread_runtimes is not None else _local.runtimes)
         gradients = self.__dict__.get("gradients")      # not made here if the run never needed it
         for store in (self.forward.values, self.forward.sinks, self.forward.early_sinks, self.recorders):
             store.clear()
@@ -271,7 +245,7 @@ class Runtime:
 
     def _result(self) -> Result:
         bound = self.program.bound_names
-        saved = self.saved.by_name(bound, self.ns)
+        saved = saved_by_name(self.saved.by_id, bound, self.ns)
         invoke_of = self.saved.invoke_of
         # The picture is drawn from the timeline only when someone looks (a panel, `result.graph`): a loop of
         # traces that reads values only never pays for it. Holds the program and timeline, not the runtime.
@@ -282,14 +256,6 @@ class Runtime:
                       grad_pairs=grad_pairs(saved, sources, bound, self.ns) if sources else None,
                       saved_invokes={name: invoke_of[id(v)] for name, v in saved.items() if id(v) in invoke_of}
                       if invoke_of else None)
-
-
-def any_traces(runtimes: list, model) -> bool:
-    """Does one of these runs trace `model`? (A loop, not any(...): no generator's call.)"""
-    for run in runtimes:
-        if run.model is model:
-            return True
-    return False
 
 
 def run_graph(program: Program, timeline: list, failed) -> HookGraph:
