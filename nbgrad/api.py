@@ -10,6 +10,7 @@ from .engine.compile.helpers import compile_with_helpers
 from .engine.run import checks
 from .engine.run.cache import Cache
 from .engine.run.result import Result
+from .engine.run.direct import DirectRun
 from .engine.run.rows import InvokeRows
 from .engine.run.runtime import Runtime, active_runtime
 from .errors import NbgradError
@@ -20,6 +21,10 @@ from .models.inputs import call_arguments, input_ids_of
 
 _MISSING = object()
 
+
+# The common cell runs as a DirectRun (engine/run/direct.py); tests set this to False to run it through the
+# general runtime instead and compare the two
+DIRECT_RUN = True
 
 # `nbgrad.trace(..., over=DATASET)`: nbgrad.datasets, which sits on top of this module, puts its runner here
 dataset_runner: list = []
@@ -59,8 +64,9 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
     else:
         values, rows = [], None
         args, kwargs = call_arguments(input, model, tokenizer)
-    runtime = Runtime(program, namespace, model=model, no_grad=no_grad, rows=rows)
-    result = runtime.run_trace(args, kwargs)
+    run = DirectRun(program, namespace, model, no_grad) if program.direct and DIRECT_RUN else \
+        Runtime(program, namespace, model=model, no_grad=no_grad, rows=rows)
+    result = run.run_trace(args, kwargs)
     result.input_ids = input_ids_of(args, kwargs)
     result.invokes = values
     return result

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import nbgrad
+from nbgrad import api
 from nbgrad.engine.compile import compiler
 from nbgrad.engine.run import runtime
 from nbgrad.engine.run.runtime import active_runtime
@@ -33,13 +34,16 @@ CELLS = {
               "outs = [b.output.save() for b in reversed(model.transformer.h)]\n"
               "model.output.logits.sum().backward()\n"),
     "stop": "hs = model.transformer.h[0].output.save()\nstop()\n",
+    "loop": ("outs = [b.output.save() for b in reversed(model.transformer.h)]\n"
+             "model.transformer.h[0].output = model.transformer.h[0].output * 2\n"),
 }
 CHECK = ("after = model.transformer.h[0].output.save()\n"
          "model.transformer.h[1].output[:, 0] = 0\n"
          "with model.output.logits.sum().backward():\n"
          "    after_grad = after.grad.save()\n")
 IDS = torch.tensor([[5, 9, 2, 7]])
-CELL_NAMES = ("hs", "logits", "g", "after", "after_grad", "c", "outs")      # what the cells above bind
+CELL_NAMES = ("hs", "logits", "g", "after", "after_grad", "c", "outs")
+DIRECT = ("forward", "loop")        # cells that run as a direct run (engine/run/direct.py)      # what the cells above bind
 
 
 def plain_check(model):
@@ -210,6 +214,15 @@ def report(failures) -> str:
 
 @pytest.mark.parametrize("cell", sorted(CELLS))
 def test_interrupt_at_every_line_through_the_api(cell):
+    assert compiler.compile_cell(CELLS[cell]).direct == (cell in DIRECT)
+    failures = sweep(api_runner, CELLS[cell])
+    assert not failures, report(failures)
+
+
+@pytest.mark.parametrize("cell", DIRECT)
+def test_interrupt_at_every_line_of_the_general_runtime_too(cell, monkeypatch):
+    """The cells that run directly, swept through the general runtime as well: it still runs every other cell."""
+    monkeypatch.setattr(api, "DIRECT_RUN", False)
     failures = sweep(api_runner, CELLS[cell])
     assert not failures, report(failures)
 

@@ -202,16 +202,23 @@ with loss.backward():
 
 
 def count_hooks(monkeypatch):
-    """The modules nbgrad hooks in a run, counted at the one place that registers forward hooks."""
+    """The modules nbgrad hooks in a run, counted at the one place of each kind of run that registers forward
+    hooks (the runtime's ForwardEvents, a direct run)."""
+    from nbgrad.engine.run.direct import DirectRun
     from nbgrad.engine.run.forward import ForwardEvents
-    hooked, original = [], ForwardEvents.hook
+    hooked, original, original_direct = [], ForwardEvents.hook, DirectRun._hook
 
     def hook(self, module, kind, **options):
         new = original(self, module, kind, **options)
         if new:
             hooked.append(module)
         return new
+
+    def direct_hook(self, module, key):
+        hooked.append(module)
+        return original_direct(self, module, key)
     monkeypatch.setattr(ForwardEvents, "hook", hook)
+    monkeypatch.setattr(DirectRun, "_hook", direct_hook)
     return hooked
 
 

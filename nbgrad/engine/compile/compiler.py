@@ -20,7 +20,7 @@ from ...errors import NbgradError, register_cell_source
 from .loops import (aliases, element_code, indexed_container, innermost_path, is_module_iterable, loop_filters,
                     loop_variable)
 from .graph import BackwardPass, EventUse, HookGraph, Node
-from .program import TEMP_PREFIX, CompiledNode, Invoke, Program, Target
+from .program import RUNTIME_NAME, TEMP_PREFIX, CompiledNode, Invoke, Program, Target
 from .rewrite import Rewriter
 from .targets import forward_targets
 from .siteaccess import open_sources
@@ -83,6 +83,7 @@ class _Builder:
         self.function = None             # (name, parameters) of the function whose body is being rewritten
         self.use_function: list = []     # that, for each use (None at the cell's level)
         self.calls: list = []            # targets.Call: the cell's calls of its functions whose reads pause
+        self.runtime_names: set = set()  # what the compiled statements ask of the runtime (`__nbgrad__.save`, ...)
 
     def build(self, body: list) -> Program:
         plain = calls_nothing(body)          # before the statements are rewritten
@@ -120,7 +121,7 @@ class _Builder:
         return Program(self.source, self.mode, self.filename, graph, nodes, self.uses,
                        forward_targets=forward_targets(self, free, alias_at), grad_targets=self.grad_targets,
                        bound_names=bound, invokes=self.invokes, calls_nothing=plain, called_names=called_names,
-                       helper_globals=helper_globals)
+                       helper_globals=helper_globals, runtime_names=frozenset(self.runtime_names))
 
     # --- event uses and backward passes ---------------------------------------------------------
 
@@ -240,6 +241,7 @@ class _Builder:
             result = rewriter.visit(stmt)
             rewritten = rewriter.hoisted + (result if isinstance(result, list) else [result])
         global_names = sorted(n for n in names if not n.startswith(TEMP_PREFIX))
+        self.runtime_names |= runtime_names(rewritten)
         code = _function_code(rewritten, global_names, f"{TEMP_PREFIX}node_{index}", stmt.lineno, self.filename)
         spec = Node(index=index, line=stmt.lineno, end_line=getattr(stmt, "end_lineno", stmt.lineno),
                     source=text, reads=frozenset(reads), binds=frozenset(names | mutated),
@@ -263,6 +265,12 @@ class _Builder:
 
     def _eval_code(self, expr: ast.expr) -> types.CodeType:
         return compile(ast.fix_missing_locations(ast.Expression(body=expr)), self.filename, "eval")
+
+
+def runtime_names(statements: list) -> set:
+    """The attributes of the runtime that compiled statements use (`new`, `Read`, `save`, `cache`, ...)."""
+    return {node.attr for stmt in statements for node in ast.walk(stmt) if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name) and node.value.id == RUNTIME_NAME}
 
 
 def _function_code(body: list, global_names: list, name: str, line: int, filename: str) -> types.CodeType:

@@ -58,6 +58,7 @@ class Backward(NamedTuple):
 
 
 REQUEST_TYPES = (Read, Write, GradRead, GradWrite, Backward)
+DIRECT_RUNTIME_NAMES = frozenset({"new", "Read", "Write", "save"})   # what a direct run answers
 
 
 @dataclass
@@ -108,6 +109,7 @@ class Program:
     calls_nothing: bool = False   # the cell cannot change requires_grad flags (cellast.calls_nothing)
     called_names: frozenset = field(default_factory=frozenset)   # names the cell calls but does not bind
     helper_globals: frozenset = field(default_factory=frozenset)  # names its helpers from earlier cells read
+    runtime_names: frozenset = field(default_factory=frozenset)   # what its statements ask of `__nbgrad__`
     # The uses of all forward targets when each is a plain path, else None: once statements wait on all of
     # them, their modules are hooked and hooking the targets has nothing left to do (the one-read cell)
     plain_target_uses: frozenset | None = field(init=False, default=None)
@@ -115,10 +117,19 @@ class Program:
     has_gradients: bool = field(init=False, default=False)
     # Forward targets that wait for statements of the cell (Target.needs): hooked again once statements start
     late_targets: list = field(init=False, default_factory=list)
+    # The common cell, which the direct run takes (run/direct.py): statements that only read and replace module
+    # outputs and save, with no `.grad` or backward pass, invoke, input event, cache, stop, site or skip, and no
+    # `with` block around a read (whose context the general scheduler keeps to the statement)
+    direct: bool = field(init=False, default=False)
+    row_zero: bool = field(init=False, default=False)     # a use is written `M.output[0]` (a hint to check)
 
     def __post_init__(self):
         self.late_targets = [target for target in self.forward_targets if target.needs]
         self.has_gradients = bool(self.graph.passes) or any(use.kind == "grad" for use in self.uses)
+        self.row_zero = any(use.row_zero for use in self.uses)
+        self.direct = (self.mode == "trace" and not self.invokes and not self.has_gradients
+                       and self.runtime_names <= DIRECT_RUNTIME_NAMES and all(use.kind == "output" for use in self.uses)
+                       and not any(node.spec.in_with or node.spec.after for node in self.nodes))
         if all(target.uses for target in self.forward_targets):
             self.plain_target_uses = frozenset().union(*(target.uses for target in self.forward_targets))
 

@@ -1,0 +1,185 @@
+"""A direct run's events (direct.py): what ForwardEvents and the scheduler's delivery do for a runtime, for a cell
+that reads and replaces module outputs only. A mixin of DirectRun, whose attributes it uses."""
+from __future__ import annotations
+
+from functools import partial
+
+from torch import Tensor
+
+from ...errors import OrderError, diagnose, hints
+from ..compile.program import Read
+from .forward import HOOKABLE, PATH_ERRORS
+from .moduletree import compiled_inner
+from .skips import skipped_around
+from .targets import target_elements
+
+
+def node_index(pair) -> int:
+    """The index of the statement of a parked (task, request)."""
+    return pair[0].index
+
+
+class DirectEvents:
+    """Module outputs, read and replaced from hooks, and the statements woken by them."""
+    __slots__ = ()
+
+    def _on_output(self, key, module, args, value):
+        """A module returned `value`: answer what waits for it. Returns the replacement, if a statement made one."""
+        if self.in_statement:
+            return None         # a call the cell makes itself (a logit lens): not the model's own event
+        values = self.values
+        values[key] = value
+        waiting = self.parked.pop(key, None)
+        if waiting is None:
+            return None
+        task, request = waiting[0]
+        if len(waiting) > 1 or type(request) is not Read or self.program.row_zero:
+            self._deliver(key, waiting)
+        else:                   # one read waits, the common case: _deliver and _read, written out
+            outer, self.cause, self.live = self.cause, request.use, key
+            try:
+                task.cause, task.module = request.use, None
+                self.timeline.append((task.index, request.use, self.phase))
+                if type(value) is not Tensor:
+                    self._note_type(request.use, self.uses[request.use], value)
+                self._advance(task, value)
+            finally:
+                self.cause, self.live = outer, None
+        new = values[key]
+        return new if new is not value else None
+
+    def _deliver(self, key, waiting: list) -> None:
+        """Answer every task parked on `key`, in source order (Scheduler.deliver)."""
+        outer, self.cause, self.live = self.cause, waiting[0][1].use, key
+        try:
+            if len(waiting) > 1:
+                waiting.sort(key=node_index)
+            for task, request in waiting:
+                task.cause = self.cause
+                self.timeline.append((task.index, request.use, self.phase))
+                try:
+                    answered, value = (self._read if type(request) is Read else self._write)(task, request)
+                except Exception as raised:
+                    self._advance(task, None, raised)
+                    continue
+                if answered:
+                    self._advance(task, value)
+        finally:
+            self.cause, self.live = outer, None
+
+    def _module(self, task, request):
+        """The module a request names: the one the task was parked on, when it is being woken."""
+        module = task.module
+        if module is not None:
+            task.module = None
+            return module
+        try:
+            module = request.module()
+        except PATH_ERRORS as error:
+            raise self._path_error(error, request.use)
+        if type(module).__name__ == "OptimizedModule":     # `model.output` of a torch.compile'd model
+            return compiled_inner(module) or module
+        return module
+
+    def _read(self, task, request):
+        module = task.module
+        if module is None:
+            try:
+                module = request.module()
+            except PATH_ERRORS as error:
+                raise self._path_error(error, request.use)
+            if type(module).__name__ == "OptimizedModule":
+                module = compiled_inner(module) or module
+        else:
+            task.module = None
+        if not isinstance(module, HOOKABLE):
+            return True, module.output
+        key = (id(module), "output")
+        values = self.values
+        if key in values:
+            use = self.uses[request.use]
+            if use.write and key != self.live:
+                raise OrderError(diagnose.too_late(use, self._cause_of(task)), use.line)
+            value = values[key]
+            if type(value) is not Tensor:
+                self._note_type(request.use, use, value)
+            if use.row_zero:
+                hints.note_row_zero(use, value)
+            return True, value
+        if self.done or key not in self.hooks:
+            return self._wait_for(module, key, task, request)
+        task.module = module              # the common wait, hooked and still to come: _wait_for written out
+        self.requested.add(request.use)
+        self.parked.setdefault(key, []).append((task, request))
+        return False, None
+
+    def _write(self, task, request):
+        module = self._module(task, request)
+        if not isinstance(module, HOOKABLE):
+            module.output = request.value
+            return True, None
+        key = (id(module), "output")
+        if key == self.live:
+            use = self.uses[request.use]
+            self.last_replacement = (use, hints.shape_of(self.values[key]), hints.shape_of(request.value))
+            self.values[key] = request.value
+            return True, None
+        if key in self.values:
+            use = self.uses[request.use]
+            raise OrderError(diagnose.too_late(use, self._cause_of(task)), use.line)
+        return self._wait_for(module, key, task, request)
+
+    def _wait_for(self, module, key, task, request) -> tuple:
+        if self.done:
+            use = self.uses[request.use]
+            raise OrderError(diagnose.never_ran(use, module, self.model, after_forward=True), use.line)
+        if key not in self.hooks:
+            self._hook(module, key)
+            if self.model_running:
+                self.late_hooks = self.late_hooks or set()
+                self.late_hooks.add(key)
+        task.module = module              # the event that wakes the task is this module's
+        self.requested.add(request.use)
+        self.parked.setdefault(key, []).append((task, request))
+        return False, None
+
+    def _hook(self, module, key) -> None:
+        self.hooks[key] = module.register_forward_hook(partial(self._on_output, key))
+
+    def _hook_targets(self) -> None:
+        """Hook, before the model runs, every event the cell may read in any order (ForwardEvents.hook_targets)."""
+        for target in self.program.forward_targets:
+            if target.uses and target.uses <= self.requested or target.needs and not target.needs <= self.finished:
+                continue
+            for module in target_elements(target, self.ns):
+                if isinstance(module, HOOKABLE) and (id(module), "output") not in self.hooks:
+                    self._hook(module, (id(module), "output"))
+
+    # --- what only a failure or a hint needs ----------------------------------------------------
+
+    def _note_type(self, use_id: int, use, value) -> None:
+        if type(value) is tuple:
+            self.tuple_reads = self.tuple_reads or {}
+            self.tuple_reads[use_id] = (use, len(value))
+        elif not isinstance(value, Tensor):
+            self.other_reads = self.other_reads or {}
+            self.other_reads[use_id] = (use, type(value).__name__)
+
+    def _cause_of(self, task):
+        return self.uses[task.cause] if task.cause is not None else None
+
+    def _path_error(self, error: Exception, use_id: int) -> Exception:
+        found = diagnose.module_path_error(self.uses[use_id], self.ns, error)
+        found.__cause__ = error
+        return found
+
+    def _never_came(self) -> OrderError:
+        """The error for the earliest statement still waiting when the cell ends (Runtime._check_finished)."""
+        task, request = min((pair for waiting in self.parked.values() for pair in waiting), key=node_index)
+        use, module = self.uses[request.use], task.module
+        skipped = skipped_around(module)
+        if skipped is not None:
+            return OrderError(f"{use.target}.{use.kind} never came: {type(skipped).__name__} was skipped "
+                              f"(`.skip(...)`), so nothing inside it ran", use.line)
+        late = self.late_hooks is not None and (id(module), "output") in self.late_hooks
+        return OrderError(diagnose.never_ran(use, module, self.model, after_forward=False, late=late), use.line)

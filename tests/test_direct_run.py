@@ -1,0 +1,200 @@
+"""The direct run (engine/run/direct.py) against the general runtime: the common cell, which nbgrad runs
+directly, gives exactly what the runtime gives it, errors included. Each cell runs both ways on the same
+weights and namespace; the saved values, the names left behind, the shapes for the sidebar, the steps of the
+hook graph, what was printed and every error's type, message and notes must be the same. Which cells run
+directly is checked too, so that a cell that needs the runtime's parts never runs without them."""
+import pytest
+import torch
+from hypothesis import given
+from torch import nn
+
+import nbgrad
+from nbgrad import api
+from nbgrad.engine.compile.compiler import compile_cell
+from nbgrad.engine.run.cellstate import _unsaved, unsaved_names
+from nbgrad.engine.run.direct import DirectRun
+from helpers import hook_count, tiny_gpt2
+from test_fuzz_cells import FUZZ, cells, source
+
+IDS = torch.tensor([[3, 17, 42, 5, 88, 9]])
+MODEL = tiny_gpt2(n_layer=3, seed=7)
+
+
+class Holder:
+    """Something that is not a module but has an `.output` (the cell reads it as a plain attribute)."""
+    output = 5
+
+
+DIRECT_CELLS = {
+    "one read": "hs = model.transformer.h[-1].output.save()",
+    "every block by index": ("outs = [model.transformer.h[i].output.save() "
+                             "for i in range(len(model.transformer.h))]"),
+    "every block, reversed": "outs = [b.output.save() for b in reversed(model.transformer.h)]",
+    "named modules, parent first": ('d = {n: m.output.save() for n, m in model.named_modules() '
+                                    'if n in ("transformer", "transformer.h.0")}'),
+    "any order": "late = model.transformer.h[2].output.save()\nearly = model.transformer.h[0].output.save()",
+    "scale in place": ("for i in range(len(model.transformer.h)):\n    model.transformer.h[i].output[:] *= 0.5\n"
+                       "logits = model.output.logits.save()"),
+    "replace twice": ("model.transformer.h[1].output = model.transformer.h[1].output + 1\n"
+                      "model.transformer.h[1].output = model.transformer.h[1].output * 3\n"
+                      "z = model.transformer.h[2].output.save()"),
+    "edit then read the same event": ("model.transformer.h[1].output[:] *= 2\n"
+                                      "b = model.transformer.h[1].output.clone().save()"),
+    "patch later with an earlier value": ("h0 = model.transformer.h[0].output.clone()\n"
+                                          "model.transformer.h[2].output[:] = h0\n"
+                                          "logits = model.lm_head.output.save()"),
+    "a name read after its event": ("h = model.transformer.h[2].output\n"
+                                    "d = (h - model.transformer.h[0].output).save()"),
+    "logit lens": ("h = model.transformer.h[1].output\n"
+                   "lens = model.lm_head(model.transformer.ln_f(h)).save()\n"
+                   "out = model.lm_head.output.save()"),
+    "a function of the cell": ("def resid(i):\n    return model.transformer.h[i].output\n"
+                               "r = resid(2).save()\ns = resid(0).save()"),
+    "a branch on a value": ("if model.transformer.h[0].output.sum() > 0:\n"
+                            "    a = model.transformer.h[1].output.save()\nelse:\n    a = None"),
+    "a tuple output": "a = model.transformer.h[0].attn.output[0].save()",
+    "row zero": "r = model.transformer.h[0].output[0].save()",
+    "grad mode off by a statement": "torch.set_grad_enabled(False)\nh = model.transformer.h[1].output.save()",
+    "grad mode off inside a loop": ("for i in range(3):\n    torch.set_grad_enabled(i != 1)\n"
+                                    "    x = model.transformer.h[i].output.save()"),
+    "nbgrad.save and an unsaved name": ("a = nbgrad.save(model.transformer.h[0].output)\n"
+                                        "u = model.transformer.h[1].output"),
+    "not a module": "x = holder.output",
+    "no event at all": "x = 1\ny = x + 1",
+    "a with block around no read": "with torch.no_grad():\n    x = torch.ones(2) * 2",
+    "print": "print(tuple(model.transformer.h[0].output.shape))",
+    "a path error caught by the cell": ("try:\n    x = model.transformer.h[9].output\nexcept Exception as error:\n"
+                                        "    x = type(error).__name__\ny = model.transformer.h[0].output.save()"),
+    # errors
+    "edited too late": "model.transformer.h[0].output[:] = model.transformer.h[2].output",
+    "replaced too late": "h = model.transformer.h[2].output\nmodel.transformer.h[0].output = h",
+    "a path not in the model": "x = model.transformer.h[9].output",
+    "a module that never runs": "x = model.transformer.h.output",
+    "asked for too late to hook": 'x = [model.transformer.h[1].output, getattr(model.transformer, "h")[0].output]',
+    "asked for after the forward": "h = model.output\nx = (h, getattr(model.transformer, 'h')[0].output)",
+    "the cell raises": "h = model.transformer.h[1].output\nraise ValueError('raised by the cell')",
+    "a tuple used as a tensor": "a = model.transformer.h[0].attn.output.sum()",
+    "a wrong shape written": "model.transformer.h[0].output = torch.zeros(3)",
+}
+
+GENERAL_CELLS = {
+    "a gradient": "h = model.transformer.h[0].output\nwith model.output.logits.sum().backward():\n    g = h.grad.save()",
+    "an input": "x = model.transformer.h[0].input.save()",
+    "a cache": "c = cache('transformer.h.*')",
+    "stop": "h = model.transformer.h[0].output.save()\nstop()",
+    "a site": "p = model.transformer.h[0].attn.source.attention_interface_0.output",
+    "a skip": "model.transformer.h[0].mlp.skip(model.transformer.h[0].ln_2.output)",
+    "a with block around a read": "with torch.no_grad():\n    h = model.transformer.h[0].output.clone()",
+    "invokes": "with invoke(IDS):\n    h = model.transformer.h[0].output.save()",
+}
+
+
+@pytest.mark.parametrize("cell", sorted(DIRECT_CELLS))
+def test_the_common_cells_run_directly(cell):
+    assert compile_cell(DIRECT_CELLS[cell]).direct
+
+
+@pytest.mark.parametrize("cell", sorted(GENERAL_CELLS))
+def test_cells_that_need_the_runtimes_parts_do_not(cell):
+    assert not compile_cell(GENERAL_CELLS[cell]).direct
+
+
+def test_a_direct_cell_runs_as_a_direct_run(monkeypatch):
+    seen = []
+    original = DirectRun.run_trace
+    monkeypatch.setattr(DirectRun, "run_trace", lambda self, *a: seen.append(self) or original(self, *a))
+    nbgrad.trace(MODEL, IDS, DIRECT_CELLS["one read"], {"model": MODEL})
+    nbgrad.trace(MODEL, IDS, GENERAL_CELLS["an input"], {"model": MODEL})
+    assert len(seen) == 1
+
+
+# --- one cell, both ways -------------------------------------------------------------------------------
+
+def _same(one, other) -> bool:
+    if isinstance(one, torch.Tensor) or isinstance(other, torch.Tensor):
+        return (type(one) is type(other) and one.shape == other.shape and one.dtype == other.dtype
+                and one.requires_grad == other.requires_grad and torch.equal(one, other))
+    if isinstance(one, (list, tuple)) and type(one) is type(other):
+        return len(one) == len(other) and all(map(_same, one, other))
+    if isinstance(one, dict) and type(one) is type(other):
+        return one.keys() == other.keys() and all(_same(one[k], other[k]) for k in one)
+    return type(one) is type(other) and (one == other if isinstance(one, (int, float, str, type(None))) else True)
+
+
+def outcome(text: str, direct: bool, capfd, model=MODEL, ids=IDS, **options) -> dict:
+    """What one run of the cell leaves: the result or the error, the names, what was printed."""
+    api.DIRECT_RUN = direct
+    namespace = {"model": model, "torch": torch, "nbgrad": nbgrad, "holder": Holder(), "IDS": ids}
+    grad_mode = torch.is_grad_enabled()
+    _unsaved.pop(id(namespace), None)     # names an earlier, freed namespace with the same id left there
+    capfd.readouterr()
+    try:
+        result, error = nbgrad.trace(model, ids, text, namespace, **options), None
+    except Exception as raised:
+        result, error = None, raised
+    finally:
+        api.DIRECT_RUN = True
+    printed = capfd.readouterr()
+    graph = result.graph if result is not None else getattr(error, "nbgrad_graph", None)
+    return {
+        "error": error and (type(error).__name__, str(error), getattr(error, "__notes__", [])),
+        "saved": result and result.saved, "shapes": result and result.shapes,
+        "runs": graph and [tuple(run) for run in graph.runs], "failed": graph and graph.failed,
+        "names": {name: value for name, value in namespace.items() if name != "__builtins__"},
+        "unsaved": dict(unsaved_names(namespace)), "printed": (printed.out, printed.err),
+        "hooks": hook_count(model), "grad mode": (grad_mode, torch.is_grad_enabled()),
+    }
+
+
+def assert_same_both_ways(text: str, capfd, **options) -> dict:
+    general, direct = outcome(text, False, capfd, **options), outcome(text, True, capfd, **options)
+    for part in general:
+        assert _same(direct[part], general[part]), f"{part}:\n direct  {direct[part]}\n general {general[part]}"
+    assert direct["hooks"] == 0 and direct["grad mode"][0] == direct["grad mode"][1]
+    return direct
+
+
+@pytest.mark.parametrize("cell", sorted(DIRECT_CELLS))
+def test_a_direct_cell_gives_what_the_runtime_gives(cell, capfd):
+    found = assert_same_both_ways(DIRECT_CELLS[cell], capfd)
+    assert found["saved"] or found["error"] or cell in ("not a module", "no event at all", "print",
+                                                        "a with block around no read", "a branch on a value")
+
+
+def test_under_no_grad_too(capfd):
+    found = assert_same_both_ways(DIRECT_CELLS["scale in place"], capfd, no_grad=True)
+    assert found["saved"]["logits"].grad_fn is None
+
+
+def test_a_module_called_twice(capfd):
+    shared = nn.Linear(4, 4)
+    model = nn.Sequential(shared, nn.ReLU(), shared)
+    found = assert_same_both_ways("first = model[0].output.save()\nmodel[2].output[:] = 0\nlast = model.output.save()",
+                                  capfd, model=model, ids=torch.randn(2, 4))
+    # `model[2]` is `model[0]`: the edit lands on that module's first call, whose zeros the second call maps to its bias
+    assert torch.equal(found["saved"]["last"], shared.bias.expand(2, 4))
+
+
+@FUZZ
+@given(cells())
+def test_fuzzed_forward_cells_give_what_the_runtime_gives(cell):
+    """The fuzz test's cells (test_fuzz_cells.py) without a backward pass or an input read, both ways."""
+    forward, _, no_grad = cell
+    forward = [step for step in forward if step.kind != "input"]
+    text = source(forward, [])
+    assert compile_cell(text).direct, text
+    with _Captured() as capfd:
+        assert_same_both_ways(text, capfd, no_grad=no_grad)
+
+
+class _Captured:
+    """capfd's readouterr for a hypothesis test (a function-scoped fixture would be shared by its examples)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def readouterr(self):
+        return type("Printed", (), {"out": "", "err": ""})()
