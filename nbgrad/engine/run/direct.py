@@ -34,14 +34,21 @@ class _Task:
 class DirectRun(DirectEvents, CellState):
     """One run of one direct cell: create, `run_trace(args, kwargs)`, discard (as a Runtime). It is its own
     CellState: the snapshot of grad mode, flags and names that `_exit` gives back."""
-    __slots__ = ("program", "ns", "model", "no_grad", "uses", "hooks", "values", "parked", "by_id", "timeline",
-                 "unstarted", "finished", "tasks", "requested", "late_hooks", "tuple_reads", "other_reads",
-                 "last_replacement", "live", "in_statement", "cause", "failed", "phase",
-                 "model_running", "done", "_exited", "thread_runtimes")
     # What compiled statements ask of `__nbgrad__` (compile/rewrite.py), as of the Runtime
     Read, Write = Read, Write
     new = tuple.__new__
     stepping = False                 # never one step of a generation
+    # Where a run starts: set here, not in __init__, so that making a run sets only what it fills
+    live = None                      # the event whose statements run now
+    cause = None                     # the use id of the event being delivered now
+    failed = None                    # the index of the node whose statement raised
+    in_statement = 0                 # > 0 while a statement's own code runs: its module calls are not events
+    phase = BEFORE_MODEL
+    model_running = done = _exited = False     # done: the model's forward call has returned
+    thread_runtimes = None           # the runtimes list of the thread that entered this run, once its snapshot is whole
+    # For hints and messages, made when first needed: hooks first asked for while the model was already running;
+    # reads that returned a tuple or another non-tensor (as ForwardEvents')
+    late_hooks = tuple_reads = other_reads = last_replacement = None
 
     def __init__(self, program, namespace: dict, model, no_grad: bool = False):
         self.program, self.ns, self.model, self.no_grad = program, namespace, model, no_grad
@@ -55,15 +62,6 @@ class DirectRun(DirectEvents, CellState):
         self.finished: set = set()       # indices of finished nodes
         self.tasks: list = []            # started, not finished
         self.requested: set = set()      # use ids a statement has waited on
-        # For hints and messages, made when first needed: hooks first asked for while the model was already
-        # running; reads that returned a tuple or another non-tensor (as ForwardEvents')
-        self.late_hooks = self.tuple_reads = self.other_reads = self.last_replacement = None
-        self.live = None                 # the event whose statements run now
-        self.in_statement = 0            # > 0 while a statement's own code runs: its module calls are not events
-        self.cause = self.failed = None  # the use id of the event being delivered; the index of the node that raised
-        self.phase = BEFORE_MODEL
-        self.model_running = self.done = self._exited = False     # done: the model's forward call has returned
-        self.thread_runtimes = None      # the runtimes list of the thread that entered this run
 
     # What shared code reads of a runtime's parts (hints, Cache._filling): here they are one object
     forward = saved = property(lambda self: self)

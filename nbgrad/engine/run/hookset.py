@@ -25,9 +25,9 @@ class HookSet(dict):
         self[key] = register()
 
     def remove_all(self) -> None:
-        """Remove every handle; safe to call twice, and after an interrupt at any line of it: a handle leaves
-        the set only once it is removed."""
-        while self:
-            key = next(reversed(self))
-            self[key].remove()
-            del self[key]
+        """Remove every handle; safe to call twice, and after an interrupt at any line of it: the set is emptied
+        only once every handle is removed, and removing a handle again does nothing. Last registered, first
+        removed (a site's forward is given back before the skip gate around it)."""
+        for handle in list(reversed(self.values())):
+            handle.remove()
+        self.clear()

@@ -27,10 +27,15 @@ class Result:
         # out is made empty when first read (`__getattr__`), not with every cell's result
         fields = self.__dict__
         fields["saved"], fields["_graph"], fields["input_ids"] = saved, graph, input_ids
-        for name, value in (("shapes", shapes), ("leaf_grads", leaf_grads), ("accumulated", accumulated),
-                            ("grad_pairs", grad_pairs), ("invokes", invokes), ("saved_invokes", saved_invokes)):
-            if value is not None:
-                fields[name] = value
+        if shapes is not None:
+            fields["shapes"] = shapes
+        if grad_pairs is not None:
+            fields["grad_pairs"] = grad_pairs
+        if saved_invokes is not None:
+            fields["saved_invokes"] = saved_invokes
+        if leaf_grads is not None or accumulated is not None or invokes is not None:      # given by no run today
+            fields.update({name: value for name, value in (("leaf_grads", leaf_grads), ("accumulated", accumulated),
+                                                          ("invokes", invokes)) if value is not None})
 
     def __getattr__(self, name):         # only for a name not set: an empty field, made on first read
         make = _EMPTY_FIELDS.get(name)
