@@ -68,6 +68,7 @@ bench: install
 	$(PY) bench/cache.py
 	$(PY) bench/source.py
 	$(PY) bench/dataset_runs.py
+	$(PY) bench/instructions.py
 
 # The fuzz test with many random cells, and an interrupt at every line nbgrad runs (minutes).
 fuzz: install

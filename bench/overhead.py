@@ -70,6 +70,11 @@ SAVE_ONE = "hs = model.transformer.h[-1].output.save()"
 SAVE_ALL = "outs = [model.transformer.h[i].output.save() for i in range(len(model.transformer.h))]"
 SCALE_ALL = "for i in range(len(model.transformer.h)):\n    model.transformer.h[i].output[:] *= 0.5\n" \
             "logits = model.output.logits.save()"
+# (b) and (c) as a loop over the blocks themselves, as the raw hooks are written: the cells above evaluate
+# `model.transformer.h[i]` once per block inside the forward, which is torch's `Module.__getattr__` and
+# `ModuleList.__getitem__` (Python) run cold; these rows show what of the fixed cost is that, the cell's own code
+SAVE_ALL_LOOP = "outs = [block.output.save() for block in model.transformer.h]"
+SCALE_ALL_LOOP = "for block in model.transformer.h:\n    block.output[:] *= 0.5\nlogits = model.output.logits.save()"
 GRAD_ONE = "hs = model.transformer.h[1].output\nwith model.output.logits.sum().backward():\n    g = hs.grad.save()"
 
 
@@ -170,6 +175,10 @@ def run_all(name, model, ids, runs, with_grad=True, tokenizer=None):
         "(b) save every block output": (lambda: nbgrad.trace(model, ids, SAVE_ALL), lambda: raw_save_all(model, ids)),
         "(c) scale every block in place": (lambda: nbgrad.trace(model, ids, SCALE_ALL),
                                            lambda: raw_scale_all(model, ids)),
+        "(b') (b) looping over the blocks": (lambda: nbgrad.trace(model, ids, SAVE_ALL_LOOP),
+                                             lambda: raw_save_all(model, ids)),
+        "(c') (c) looping over the blocks": (lambda: nbgrad.trace(model, ids, SCALE_ALL_LOOP),
+                                             lambda: raw_scale_all(model, ids)),
     }
     if with_grad:
         scenarios["(e) one block's gradient"] = (lambda: (nbgrad.trace(model, ids, GRAD_ONE), zero()),

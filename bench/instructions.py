@@ -1,0 +1,89 @@
+"""nbgrad's fixed cost per cell counted in machine instructions, not time: the same from run to run and on a
+busy machine as on a quiet one, so a change of a few microseconds shows up here when overhead.py's timings
+cannot tell it from the machine's drift.
+
+Each scenario of overhead.py runs `--runs` times in a process of its own under valgrind's callgrind, which
+counts only the instructions of that loop (a fixed hash seed and one thread make the count repeatable);
+nbgrad and raw hooks each get a process. Printed per scenario: instructions per cell, nbgrad over raw,
+and the difference. The ratio is far smaller than the time ratio: most of a cell's time over raw hooks is
+its code and data coming back into the caches that the model's forward filled. Needs valgrind
+(`apt-get install valgrind`). Run: `python bench/instructions.py [--runs 20]`.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCENARIOS = ("(a) save one block output", "(b) save every block output", "(c) scale every block in place",
+             "(b') (b) looping over the blocks", "(e) one block's gradient")
+
+
+def scenario_runs(label: str) -> tuple:
+    """(nbgrad's run, raw hooks' run) of one scenario of overhead.py, on the embedded model."""
+    import nbgrad
+    import overhead as o
+    model = nbgrad.load_model()
+    ids = nbgrad.tokenizer_for(model)("The capital of France is Paris. The cat sat on the mat.",
+                                      return_tensors="pt")["input_ids"]
+    zero = functools.partial(model.zero_grad, set_to_none=True)
+    cell, raw = {"(a)": (o.SAVE_ONE, o.raw_save_one), "(b)": (o.SAVE_ALL, o.raw_save_all),
+                 "(c)": (o.SCALE_ALL, o.raw_scale_all), "(b')": (o.SAVE_ALL_LOOP, o.raw_save_all),
+                 "(e)": (o.GRAD_ONE, o.raw_grad_one)}[label.split()[0]]
+    return (lambda: (nbgrad.trace(model, ids, cell), zero())), (lambda: (raw(model, ids), zero()))
+
+
+def child(label: str, who: str, runs: int) -> None:
+    """Inside valgrind: warm up, then the counted loop (callgrind counts inside functools.reduce only)."""
+    import torch
+    torch.set_num_threads(1)
+    ours, raw = scenario_runs(label)
+    run = ours if who == "nbgrad" else raw
+    for _ in range(5):
+        run()
+    functools.reduce(lambda _, __: run(), range(runs), None)
+
+
+def counted(label: str, who: str, runs: int) -> int:
+    """Instructions per cell of one side of one scenario."""
+    with tempfile.TemporaryDirectory() as folder:
+        command = ["valgrind", "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=functools_reduce",
+                   f"--callgrind-out-file={os.path.join(folder, 'out')}", sys.executable, __file__, "--child",
+                   label, who, str(runs)]
+        env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+               "PYTHONPATH": os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")])}
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+    return int(found.group(1).replace(",", "")) // runs
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return child(args.child[0], args.child[1], int(args.child[2]))
+    if shutil.which("valgrind") is None:
+        print("bench/instructions.py needs valgrind (apt-get install valgrind): skipped")
+        return None
+    jobs = [(label, who) for label in SCENARIOS for who in ("nbgrad", "raw")]
+    with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+        counts = dict(zip(jobs, pool.map(lambda job: counted(*job, args.runs), jobs)))
+    print(f"instructions per cell (callgrind, {args.runs} cells each, embedded model): nbgrad / raw hooks")
+    for label in SCENARIOS:
+        ours, raw = counts[(label, "nbgrad")], counts[(label, "raw")]
+        print(f"  {label:34s} {ours / raw:6.4f}x   {ours - raw:+9,d} instructions   "
+              f"nbgrad {ours:12,d}   raw hooks {raw:12,d}")
+    return None
+
+
+if __name__ == "__main__":
+    main()
