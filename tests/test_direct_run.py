@@ -198,3 +198,25 @@ class _Captured:
 
     def readouterr(self):
         return type("Printed", (), {"out": "", "err": ""})()
+
+
+def test_saved_names_are_those_at_the_end_of_the_cell_when_read_later(monkeypatch):
+    """A direct run names its saved values when `Result.saved` is first read: the names are still those the cell
+    left, whatever the namespace binds after it, and a list that held an unsaved value (unbound after the cell)
+    names its saved elements, as the runtime's eager naming does."""
+    cell = ("hs = model.transformer.h[0].output.save()\n"
+            "outs = [b.output.save() for b in model.transformer.h]\n"
+            "both = [model.transformer.h[1].output.clone().save(), model.transformer.h[1].output * 2]")
+    monkeypatch.setattr(api, "DIRECT_RUN", False)
+    general = nbgrad.trace(MODEL, IDS, cell, {"model": MODEL}).saved
+    monkeypatch.setattr(api, "DIRECT_RUN", True)
+    namespace = {"model": MODEL}
+    result = nbgrad.trace(MODEL, IDS, cell, namespace)
+    kept = {"hs": namespace["hs"], "outs": list(namespace["outs"])}
+    namespace["hs"], namespace["outs"] = "rebound", []
+    saved = result.saved
+    assert list(saved) == list(general) == ["hs", "outs[1]", "outs[2]", "both[0]"]
+    assert saved["hs"] is kept["hs"] is kept["outs"][0] and saved["outs[2]"] is kept["outs"][2]
+    assert "both" not in namespace and result.saved is saved
+    later = nbgrad.trace(MODEL, IDS, "outs = [b.output.save() for b in model.transformer.h]", namespace)
+    assert type(vars(later)["_saved"]) is not dict and list(later.saved) == ["outs[0]", "outs[1]", "outs[2]"]

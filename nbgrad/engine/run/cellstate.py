@@ -9,6 +9,7 @@ from torch import nn
 
 from .moduletree import parameter_columns
 from ..compile.program import RUNTIME_NAME
+from .result import holds_unsaved
 
 _MISSING = object()
 # Per namespace (by id): names a trace bound to values it did not save, for the NameError hint. Kept
@@ -58,7 +59,7 @@ class CellState:
         for name in list(self.before):
             value = self.namespace.get(name, _MISSING)
             if (value is _MISSING or value is self.before[name] or id(value) in saved_ids
-                    or not _holds_unsaved(value, saved_ids)):
+                    or not holds_unsaved(value, saved_ids)):
                 if unsaved:
                     unsaved.pop(name, None)
             else:
@@ -82,22 +83,3 @@ def _flags(columns: tuple) -> list:
         return list(map(_requires_grad, params))
     except AttributeError:             # a slot set to None: read one by one
         return [None if param is None else param.requires_grad for param in params]
-
-
-def _holds_unsaved(value, saved_ids, depth: int = 0) -> bool:
-    """Is this a tensor (or a container of tensors) from the trace that was not saved?"""
-    if id(value) in saved_ids:
-        return False
-    if isinstance(value, torch.Tensor):
-        # A plain tensor is never a Parameter: ask Parameter's isinstance hook (Python, slow cold) of others only
-        return type(value) is torch.Tensor or not isinstance(value, nn.Parameter)
-    if depth > 2 or isinstance(value, (str, bytes, nn.Module)):
-        return False
-    if isinstance(value, dict):
-        value = value.values()
-    elif not isinstance(value, (list, tuple, set)):
-        return False
-    for element in value:       # a loop, not any(...): a list of saved values costs no call per element
-        if id(element) not in saved_ids and _holds_unsaved(element, saved_ids, depth + 1):
-            return True
-    return False

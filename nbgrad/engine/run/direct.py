@@ -21,7 +21,7 @@ from .cellstate import CellState
 from .claims import _local, _tracing, claim, release
 from .directevents import DirectEvents
 from .hookset import HookSet
-from .result import Later, Result, saved_by_name
+from .result import Later, Result, saved_later
 from .runtime import run_graph
 from .scheduler import AFTER_FORWARD, BEFORE_MODEL, FORWARD, Scheduler
 
@@ -136,7 +136,7 @@ class DirectRun(DirectEvents, CellState):
         self._exited = True
 
     def _result(self) -> Result:
-        saved = saved_by_name(self.by_id, self.program.bound_names, self.ns)
+        saved = saved_later(self.by_id, self.program.bound_names, self.ns)
         shapes = {}            # of what each hooked event returned last (after the cell's edits), for the sidebar
         for key, value in self.values.items():
             if isinstance(value, Tensor):

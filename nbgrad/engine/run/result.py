@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+from torch import nn
+
 _MISSING = object()
 _EMPTY_FIELDS = {"shapes": dict, "leaf_grads": dict, "accumulated": set, "grad_pairs": dict, "invokes": list,
                  "saved_invokes": dict}
@@ -26,7 +29,7 @@ class Result:
         # Written out rather than generated: the graph goes in without the property's call, and a field left
         # out is made empty when first read (`__getattr__`), not with every cell's result
         fields = self.__dict__
-        fields["saved"], fields["_graph"], fields["input_ids"] = saved, graph, input_ids
+        fields["_saved"], fields["_graph"], fields["input_ids"] = saved, graph, input_ids
         if shapes is not None:
             fields["shapes"] = shapes
         if grad_pairs is not None:
@@ -49,24 +52,29 @@ class Result:
 
 
 class Later(tuple):
-    """A value built on first read: `Result.graph` given as `Later((build, *args))` is `build(*args)`. A tuple,
-    so that making one runs no Python code."""
+    """A value built on first read: `Result.graph` (or `.saved`) given as `Later((build, *args))` is
+    `build(*args)`. A tuple, so that making one runs no Python code."""
     __slots__ = ()
 
 
-def _graph(result: Result):
-    graph = result.__dict__["_graph"]
-    if type(graph) is Later:
-        graph = result.__dict__["_graph"] = graph[0](*graph[1:])
-    return graph
+def _built_when_read(name: str, doc: str) -> property:
+    """A field of Result that may be given as `Later((build, *args))`: built on first read, then kept."""
+    slot = "_" + name
 
+    def read(result: Result):
+        value = result.__dict__[slot]
+        if type(value) is Later:
+            value = result.__dict__[slot] = value[0](*value[1:])
+        return value
 
-def _set_graph(result: Result, graph) -> None:
-    result.__dict__["_graph"] = graph
+    def write(result: Result, value) -> None:
+        result.__dict__[slot] = value
+    return property(read, write, doc=doc)
 
 
 # Set after the dataclass is made: a property in the class body would be taken for the field's default.
-Result.graph = property(_graph, _set_graph, doc="The hook graph of the cell (with what ran, after a run).")
+Result.graph = _built_when_read("graph", "The hook graph of the cell (with what ran, after a run).")
+Result.saved = _built_when_read("saved", "Saved values by every name the cell bound them to, in the order saved.")
 
 
 class SavedValues:
@@ -119,6 +127,24 @@ def saved_by_name(by_id: dict, bound_names: frozenset, namespace: dict) -> dict:
     return named
 
 
+def saved_later(by_id: dict, bound_names: frozenset, namespace: dict):
+    """`saved_by_name(...)`, built when `Result.saved` is first read (a loop of traces that reads its values from the
+    namespace never builds it). Keeps what naming needs: the bound names of saved values, and of containers that
+    hold nothing unsaved (a container that does is unbound from the namespace: its elements are named now)."""
+    kept = {}
+    for name in bound_names:
+        value = namespace.get(name, _MISSING)
+        if value is _MISSING:
+            continue
+        if id(value) in by_id:
+            kept[name] = value
+        elif isinstance(value, (list, tuple, dict)):
+            if holds_unsaved(value, by_id):
+                return saved_by_name(by_id, bound_names, namespace)
+            kept[name] = value
+    return Later((saved_by_name, by_id, kept.keys(), kept))
+
+
 def names_by_id(bound_names: frozenset, namespace: dict) -> dict:
     """id(value) -> every name the cell bound it to, alphabetically."""
     names: dict = {}
@@ -153,3 +179,22 @@ def holds_saved(value, saved_ids: set) -> bool:
     if isinstance(value, dict):
         value = list(value.values())
     return isinstance(value, (list, tuple)) and any(id(element) in saved_ids for element in value)
+
+
+def holds_unsaved(value, saved_ids, depth: int = 0) -> bool:
+    """Is this a tensor (or a container of tensors) from the trace that was not saved?"""
+    if id(value) in saved_ids:
+        return False
+    if isinstance(value, torch.Tensor):
+        # A plain tensor is never a Parameter: ask Parameter's isinstance hook (Python, slow cold) of others only
+        return type(value) is torch.Tensor or not isinstance(value, nn.Parameter)
+    if depth > 2 or isinstance(value, (str, bytes, nn.Module)):
+        return False
+    if isinstance(value, dict):
+        value = value.values()
+    elif not isinstance(value, (list, tuple, set)):
+        return False
+    for element in value:       # a loop, not any(...): a list of saved values costs no call per element
+        if id(element) not in saved_ids and holds_unsaved(element, saved_ids, depth + 1):
+            return True
+    return False
