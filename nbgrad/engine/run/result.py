@@ -142,7 +142,7 @@ def saved_later(by_id: dict, bound_names: frozenset, namespace: dict):
             if holds_unsaved(value, by_id):
                 return saved_by_name(by_id, bound_names, namespace)
             kept[name] = value
-    return Later((saved_by_name, by_id, kept.keys(), kept))
+    return Later((saved_by_name, by_id, tuple(kept), kept))
 
 
 def names_by_id(bound_names: frozenset, namespace: dict) -> dict:
