@@ -36,9 +36,12 @@ class Result:
             fields["grad_pairs"] = grad_pairs
         if saved_invokes is not None:
             fields["saved_invokes"] = saved_invokes
-        if leaf_grads is not None or accumulated is not None or invokes is not None:      # given by no run today
-            fields.update({name: value for name, value in (("leaf_grads", leaf_grads), ("accumulated", accumulated),
-                                                          ("invokes", invokes)) if value is not None})
+        if leaf_grads is not None:
+            fields["leaf_grads"] = leaf_grads
+        if accumulated is not None:
+            fields["accumulated"] = accumulated
+        if invokes is not None:
+            fields["invokes"] = invokes
 
     def __getattr__(self, name):         # only for a name not set: an empty field, made on first read
         make = _EMPTY_FIELDS.get(name)
