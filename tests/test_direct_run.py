@@ -3,6 +3,10 @@ directly, gives exactly what the runtime gives it, errors included. Each cell ru
 weights and namespace; the saved values, the names left behind, the shapes for the sidebar, the steps of the
 hook graph, what was printed and every error's type, message and notes must be the same. Which cells run
 directly is checked too, so that a cell that needs the runtime's parts never runs without them."""
+import contextlib
+import io
+import types
+
 import pytest
 import torch
 from hypothesis import given
@@ -183,21 +187,30 @@ def test_fuzzed_forward_cells_give_what_the_runtime_gives(cell):
     forward = [step for step in forward if step.kind != "input"]
     text = source(forward, [])
     assert compile_cell(text).direct, text
-    with _Captured() as capfd:
+    with _Printed() as capfd:
         assert_same_both_ways(text, capfd, no_grad=no_grad)
 
 
-class _Captured:
-    """capfd's readouterr for a hypothesis test (a function-scoped fixture would be shared by its examples)."""
+class _Printed:
+    """capfd's `readouterr` for a hypothesis test (a function-scoped fixture would be shared by its examples):
+    what was printed to sys.stdout and sys.stderr since the last read."""
 
     def __enter__(self):
+        self.out, self.err = io.StringIO(), io.StringIO()
+        self.redirects = contextlib.ExitStack()
+        self.redirects.enter_context(contextlib.redirect_stdout(self.out))
+        self.redirects.enter_context(contextlib.redirect_stderr(self.err))
         return self
 
     def __exit__(self, *exc):
-        return False
+        return self.redirects.__exit__(*exc)
 
     def readouterr(self):
-        return type("Printed", (), {"out": "", "err": ""})()
+        printed = types.SimpleNamespace(out=self.out.getvalue(), err=self.err.getvalue())
+        for stream in (self.out, self.err):
+            stream.seek(0)
+            stream.truncate()
+        return printed
 
 
 def test_saved_names_are_those_at_the_end_of_the_cell_when_read_later(monkeypatch):
