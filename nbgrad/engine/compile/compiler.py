@@ -21,6 +21,7 @@ from .loops import (aliases, element_code, indexed_container, innermost_path, is
                     loop_variable)
 from .graph import BackwardPass, EventUse, HookGraph, Node
 from .program import RUNTIME_NAME, TEMP_PREFIX, CompiledNode, Invoke, Program, Target
+from .containers import argument_names
 from .rewrite import Rewriter
 from .targets import forward_targets
 from .siteaccess import open_sources
@@ -84,6 +85,8 @@ class _Builder:
         self.use_function: list = []     # that, for each use (None at the cell's level)
         self.calls: list = []            # targets.Call: the cell's calls of its functions whose reads pause
         self.runtime_names: set = set()  # what the compiled statements ask of the runtime (`__nbgrad__.save`, ...)
+        self.containers: dict = {}       # Program.containers
+        self.globals_only: frozenset = frozenset()   # free names no lambda or function of the cell takes as an argument
 
     def build(self, body: list) -> Program:
         plain = calls_nothing(body)          # before the statements are rewritten
@@ -107,6 +110,7 @@ class _Builder:
         free = frozenset().union(*(read_names(stmt) for stmt, _, _ in flat)) - all_bound - stored_anywhere
         helper_globals = helper_names(self.helpers.values()) - all_bound
         self.free = free = free | helper_globals
+        self.globals_only = free - argument_names(stmt for stmt, _, _ in flat)
         caches = frozenset() if "cache" in all_bound else cache_names(stmt for stmt, _, _ in flat)   # not rewritten yet
         flat_statements = [stmt for stmt, _, _ in flat]     # before the rewriter edits them
         alias_at = aliases(flat_statements)
@@ -121,7 +125,8 @@ class _Builder:
         return Program(self.source, self.mode, self.filename, graph, nodes, self.uses,
                        forward_targets=forward_targets(self, free, alias_at), grad_targets=self.grad_targets,
                        bound_names=bound, invokes=self.invokes, calls_nothing=plain, called_names=called_names,
-                       helper_globals=helper_globals, runtime_names=frozenset(self.runtime_names))
+                       helper_globals=helper_globals, runtime_names=frozenset(self.runtime_names),
+                       containers=self.containers)
 
     # --- event uses and backward passes ---------------------------------------------------------
 

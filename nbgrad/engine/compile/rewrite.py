@@ -8,6 +8,7 @@ from .cellast import (MODULE_EVENTS, const, generator_function, is_backward_bloc
                       is_invoke_block, is_save_call, loop_sources, name, never_runs_yield, position, thunk,
                       touches_events)
 from ...errors import NbgradError
+from .containers import element_index
 from .program import RUNTIME_NAME, TEMP_PREFIX
 from .dataflow import written_events
 from .targets import Call, parameters
@@ -43,10 +44,11 @@ class Rewriter(ast.NodeTransformer):
             return self.generic_visit(node)
         use = self.builder.add_use(node.attr, node.value, node.lineno, id(node) in self.written,
                                    id(node) in self.row_zero)
+        at = element_index(self.builder, use, node.value) if node.attr != "grad" else None
         base = self.visit(node.value)
         if node.attr == "grad":
             return request("GradRead", base, const(use), const(self.builder.pass_for(node)))
-        return request("Read", thunk(base), const(use))
+        return request("Read", thunk(base), const(use), at)
 
     def visit_Subscript(self, node):
         if (isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Attribute) and node.value.attr in MODULE_EVENTS

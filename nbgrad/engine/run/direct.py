@@ -49,6 +49,7 @@ class DirectRun(DirectEvents, CellState):
     # For hints and messages, made when first needed: hooks first asked for while the model was already running;
     # reads that returned a tuple or another non-tensor (as ForwardEvents')
     late_hooks = tuple_reads = other_reads = last_replacement = None
+    held = None                      # use id -> the ModuleList its `PATH[i]` reads find modules in (elements.py), or False
 
     def __init__(self, program, namespace: dict, model, no_grad: bool = False):
         self.program, self.ns, self.model, self.no_grad = program, namespace, model, no_grad

@@ -9,6 +9,7 @@ from torch import Tensor
 from ...errors import OrderError, diagnose, hints
 from ..compile.program import Read
 from .forward import HOOKABLE, PATH_ERRORS
+from . import elements
 from .moduletree import compiled_inner
 from .skips import skipped_around
 from .targets import target_elements
@@ -84,12 +85,16 @@ class DirectEvents:
     def _read(self, task, request):
         module = task.module
         if module is None:
-            try:
-                module = request.module()
-            except PATH_ERRORS as error:
-                raise self._path_error(error, request.use)
-            if type(module).__name__ == "OptimizedModule":
-                module = compiled_inner(module) or module
+            at = request.at
+            if type(at) is int:           # `PATH[i]` in a loop: found by `i` while the run holds PATH (elements.py)
+                module = self._element(request.use, at)
+            if module is None:
+                try:
+                    module = request.module()
+                except PATH_ERRORS as error:
+                    raise self._path_error(error, request.use)
+                if type(module).__name__ == "OptimizedModule":
+                    module = compiled_inner(module) or module
         else:
             task.module = None
         if not isinstance(module, HOOKABLE):
@@ -112,6 +117,17 @@ class DirectEvents:
         self.requested.add(request.use)
         self.parked.setdefault(key, []).append((task, request))
         return False, None
+
+    def _element(self, use_id: int, at: int):
+        """The module `PATH[at]` names, from the ModuleList this run holds for the use; None: evaluate the thunk."""
+        held = self.held
+        if held is None:
+            held = self.held = {}
+        found = held.get(use_id)
+        if found is None:
+            spec = self.program.containers.get(use_id)
+            found = held[use_id] = (spec is not None and elements.hold(self.ns, spec)) or False
+        return elements.element(found, self.ns, at) if found else None
 
     def _write(self, task, request):
         module = self._module(task, request)

@@ -1,0 +1,31 @@
+"""Reads `PATH[i].output` in a loop that a run may answer from the ModuleList PATH names, without evaluating
+`PATH[i]` at every event (Program.containers, Read.at, run/elements.py)."""
+from __future__ import annotations
+
+import ast
+import copy
+
+from .cellast import EVENT_ATTRS, const
+
+
+def element_index(builder, use: int, target: ast.expr) -> ast.expr:
+    """The name `i` of a read `PATH[i].output` at the cell's level, with PATH a chain of attributes of a name that
+    is the namespace's wherever the cell reads it (no statement binds it, no function takes it), recorded in
+    `builder.containers`; else `None`. Only a name: a loop reads through it many times, while `PATH[-1]` is read
+    once, and holding PATH costs more than evaluating it once. Reading the name again is harmless."""
+    if builder.function is not None or not isinstance(target, ast.Subscript) or not isinstance(target.slice, ast.Name):
+        return const(None)
+    attributes, root = [], target.value
+    while isinstance(root, ast.Attribute) and root.attr not in EVENT_ATTRS and root.attr != "source":
+        attributes.append(root.attr)
+        root = root.value
+    if not attributes or not isinstance(root, ast.Name) or root.id not in builder.globals_only:
+        return const(None)
+    builder.containers[use] = (root.id, tuple(reversed(attributes)), builder._eval_code(copy.deepcopy(target.value)))
+    return copy.deepcopy(target.slice)
+
+
+def argument_names(statements) -> set:
+    """Every name a function or lambda of these statements takes as an argument: such a name may not be the
+    namespace's where it is read."""
+    return {node.arg for stmt in statements for node in ast.walk(stmt) if isinstance(node, ast.arg)}
