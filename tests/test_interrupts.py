@@ -36,14 +36,17 @@ CELLS = {
     "stop": "hs = model.transformer.h[0].output.save()\nstop()\n",
     "loop": ("outs = [b.output.save() for b in reversed(model.transformer.h)]\n"
              "model.transformer.h[0].output = model.transformer.h[0].output * 2\n"),
+    # read and kept only: its events are logged in the forward and its statements run on the log (Program.quiet)
+    "quiet": ("outs = [model.transformer.h[i].output.save() for i in reversed(range(len(model.transformer.h)))]\n"
+              "last = model.transformer.h[-1].output[:, -1].save()\n"),
 }
 CHECK = ("after = model.transformer.h[0].output.save()\n"
          "model.transformer.h[1].output[:, 0] = 0\n"
          "with model.output.logits.sum().backward():\n"
          "    after_grad = after.grad.save()\n")
 IDS = torch.tensor([[5, 9, 2, 7]])
-CELL_NAMES = ("hs", "logits", "g", "after", "after_grad", "c", "outs")
-DIRECT = ("forward", "loop")        # cells that run as a direct run (engine/run/direct.py)      # what the cells above bind
+CELL_NAMES = ("hs", "logits", "g", "after", "after_grad", "c", "outs", "last")
+DIRECT = ("forward", "loop", "quiet")        # cells that run as a direct run (engine/run/direct.py)      # what the cells above bind
 
 
 def plain_check(model):

@@ -68,8 +68,8 @@ _PLAIN = (ast.Module, ast.Expr, ast.Assign, ast.AugAssign, ast.Pass, ast.Name, a
 # Builtins that only count, list or convert (a cell that rebinds one of these names is not plain), the
 # methods that list a module's submodules or a dict's entries, and the name tests of a loop's condition.
 _PURE_BUILTINS = frozenset("enumerate float int len list range reversed sorted tuple zip".split())
-_LISTING_METHODS = frozenset("children items keys modules named_children named_modules values".split())
-_NAME_TESTS = frozenset(("endswith", "startswith"))
+LISTING_METHODS = frozenset("children items keys modules named_children named_modules values".split())
+NAME_TESTS = frozenset(("endswith", "startswith"))
 # Tensor methods that read or compute and never touch a parameter's flag (`requires_grad_` is not one; nor is
 # anything that takes a function, such as `register_hook`, whose function could).
 _PURE_METHODS = frozenset("""
@@ -107,7 +107,7 @@ def _is_plain_call(call: ast.Call, bound: set) -> bool:
         return func.id == "invoke" or (func.id in _PURE_BUILTINS and func.id not in bound)
     if not isinstance(func, ast.Attribute):
         return False
-    return (func.attr in _LISTING_METHODS and not call.args) or func.attr in _NAME_TESTS
+    return (func.attr in LISTING_METHODS and not call.args) or func.attr in NAME_TESTS
 
 
 def _derives_from_events(expr: ast.AST, traced: set) -> bool:

@@ -22,6 +22,7 @@ from .loops import (aliases, element_code, indexed_container, innermost_path, is
 from .graph import BackwardPass, EventUse, HookGraph, Node
 from .program import RUNTIME_NAME, TEMP_PREFIX, CompiledNode, Invoke, Program, Target
 from .containers import argument_names
+from .keeping import keeps_only
 from .rewrite import Rewriter
 from .targets import forward_targets
 from .siteaccess import open_sources
@@ -86,10 +87,11 @@ class _Builder:
         self.calls: list = []            # targets.Call: the cell's calls of its functions whose reads pause
         self.runtime_names: set = set()  # what the compiled statements ask of the runtime (`__nbgrad__.save`, ...)
         self.containers: dict = {}       # Program.containers
+        self.hooked_ahead: set = set()   # ids of the uses a forward target names (compile/targets.py)
         self.globals_only: frozenset = frozenset()   # free names no lambda or function of the cell takes as an argument
 
     def build(self, body: list) -> Program:
-        plain = calls_nothing(body)          # before the statements are rewritten
+        plain, keeping = calls_nothing(body), keeps_only(body)          # before the statements are rewritten
         self._collect_passes(body)
         flat = self._flatten(body)
         for stmt, _, _ in flat:
@@ -122,11 +124,12 @@ class _Builder:
         mark_waits(specs, caches, flat_statements)
         graph = HookGraph(nodes=specs, passes=self.passes)
         bound = frozenset(n for n in all_bound if not n.startswith(TEMP_PREFIX))
-        return Program(self.source, self.mode, self.filename, graph, nodes, self.uses,
-                       forward_targets=forward_targets(self, free, alias_at), grad_targets=self.grad_targets,
-                       bound_names=bound, invokes=self.invokes, calls_nothing=plain, called_names=called_names,
-                       helper_globals=helper_globals, runtime_names=frozenset(self.runtime_names),
-                       containers=self.containers)
+        targets = forward_targets(self, free, alias_at)      # before `hooked_ahead` is read
+        return Program(self.source, self.mode, self.filename, graph, nodes, self.uses, forward_targets=targets,
+                       grad_targets=self.grad_targets, bound_names=bound, invokes=self.invokes, calls_nothing=plain,
+                       called_names=called_names, helper_globals=helper_globals,
+                       runtime_names=frozenset(self.runtime_names), containers=self.containers,
+                       keeps_only=keeping and len(self.hooked_ahead) == len(self.uses))
 
     # --- event uses and backward passes ---------------------------------------------------------
 

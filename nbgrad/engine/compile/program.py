@@ -118,6 +118,9 @@ class Program:
     # use id -> (root name, attribute names, code) of PATH in `PATH[i].output`, a chain of attributes of a name the
     # cell never binds (Read.at): what a run may hold to find `PATH[i]` by `i` alone (run/elements.py)
     containers: dict = field(default_factory=dict)
+    # The cell only binds, indexes and saves what it reads (cellast.keeps_only), and every module it reads is named
+    # by a target that the run hooks before the model starts
+    keeps_only: bool = False
     # The uses of all forward targets when each is a plain path, else None: once statements wait on all of
     # them, their modules are hooked and hooking the targets has nothing left to do (the one-read cell)
     plain_target_uses: frozenset | None = field(init=False, default=None)
@@ -130,6 +133,10 @@ class Program:
     # `with` block around a read (whose context the general scheduler keeps to the statement)
     direct: bool = field(init=False, default=False)
     row_zero: bool = field(init=False, default=False)     # a use is written `M.output[0]` (a hint to check)
+    # A direct cell that only reads, binds and saves, every read hooked ahead: nothing it does can change the forward
+    # or depend on when it runs, so a run may log the events and run the statements on the log after the model has
+    # run (run/direct.py), as they would have run inside the hooks
+    quiet: bool = field(init=False, default=False)
 
     def __post_init__(self):
         self.late_targets = [target for target in self.forward_targets if target.needs]
@@ -138,6 +145,7 @@ class Program:
         self.direct = (self.mode == "trace" and not self.invokes and not self.has_gradients
                        and self.runtime_names <= DIRECT_RUNTIME_NAMES and all(use.kind == "output" for use in self.uses)
                        and not any(node.spec.in_with or node.spec.after for node in self.nodes))
+        self.quiet = self.direct and self.keeps_only and not any(use.write for use in self.uses)
         if all(target.uses for target in self.forward_targets):
             self.plain_target_uses = frozenset().union(*(target.uses for target in self.forward_targets))
 

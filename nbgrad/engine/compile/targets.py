@@ -31,14 +31,20 @@ def parameters(function: ast.FunctionDef) -> list:
 def forward_targets(builder, free: frozenset, alias_at: dict) -> list:
     """Module events whose module the runtime can find before the run: hooked before the model starts (or,
     for an expression that reads a name the cell binds, once the statements binding it have run)."""
-    targets, seen, same, names = [], set(), {}, free | alias_at.keys()
+    targets, seen, same, names = [], {}, {}, free | alias_at.keys()
     for index, use in enumerate(builder.uses):
         same[use.kind, use.target] = same.get((use.kind, use.target), frozenset()) | {index}
     entries = [(use.kind, use.target, target, loop, same[use.kind, use.target])
                for use, target, loop in zip(builder.uses, builder.use_ast, builder.use_loop)]
-    for kind, text, target, loop, uses in entries + _through_calls(builder):
+    # The cell's own uses (the first entries) whose module a target names, hooked before the model starts
+    builder.hooked_ahead = ahead = set()
+    for index, (kind, text, target, loop, uses) in enumerate(entries + _through_calls(builder)):
         keep, each = loop or (None, None)
-        if kind == "grad" or (kind, text, keep) in seen:
+        if kind == "grad":
+            continue
+        if (kind, text, keep) in seen:
+            if seen[kind, text, keep] and index < len(entries):
+                ahead.add(index)
             continue
         if loop and is_module_iterable(target, names):  # `[b.attn.output for b in reversed(model.transformer.h)]`
             found = Target(kind, builder._text(target), builder._eval_code(target), every_element=True, keep=keep,
@@ -50,8 +56,11 @@ def forward_targets(builder, free: frozenset, alias_at: dict) -> list:
                            each=indexed[1])
         else:
             continue
-        seen.add((kind, text, keep))   # once it names a target: text read inside a function may name one through a call
         needs = frozenset().union(*(alias_at[name] for name in read_names(target) if name in alias_at))
+        # once it names a target: text read inside a function may name one through a call
+        seen[kind, text, keep] = not needs
+        if not needs and index < len(entries):
+            ahead.add(index)
         targets.append(dataclasses.replace(found, needs=needs) if needs else found)
     return targets
 

@@ -49,6 +49,7 @@ class DirectRun(DirectEvents, CellState):
     # For hints and messages, made when first needed: hooks first asked for while the model was already running;
     # reads that returned a tuple or another non-tensor (as ForwardEvents')
     late_hooks = tuple_reads = other_reads = last_replacement = None
+    logged = None                    # a quiet cell's events, key -> value in the order they came, until replayed
     held = None                      # use id -> the ModuleList its `PATH[i]` reads find modules in (elements.py), or False
 
     def __init__(self, program, namespace: dict, model, no_grad: bool = False):
@@ -94,13 +95,22 @@ class DirectRun(DirectEvents, CellState):
                 self._exit()
 
     def _forward(self, call_args: tuple, call_kwargs: dict) -> None:
+        if self.program.quiet:
+            self.logged = {}
         self._start_ready()
         plain = self.program.plain_target_uses
         if plain is None or not plain <= self.requested:
             self._hook_targets()
         self.model_running, self.phase = True, FORWARD
         try:
-            self.model(*call_args, **call_kwargs)
+            try:
+                self.model(*call_args, **call_kwargs)
+            except Exception:
+                if self.logged:      # what a quiet cell's statements did inside the hooks before the model failed
+                    self._replay()
+                raise
+            if self.logged is not None:
+                self._replay()
         except RuntimeError as error:
             hints.note_float_ids(error, call_args, call_kwargs)
             raise
@@ -128,6 +138,8 @@ class DirectRun(DirectEvents, CellState):
         while self.tasks:
             self.tasks.pop().gen.close()
         self.parked.clear()
+        if self.logged:
+            self.logged.clear()
         if self.thread_runtimes is not None:
             if self.columns is not None or is_grad_enabled() != self.grad_mode:
                 self.restore_grad_state()

@@ -160,14 +160,38 @@ class DirectEvents:
         return False, None
 
     def _hook(self, module, key) -> None:
-        self.hooks[key] = module.register_forward_hook(partial(self._on_output, key))
+        on_event = self._log_event if self.program.quiet else self._on_output
+        self.hooks[key] = module.register_forward_hook(partial(on_event, key))
+
+    def _log_event(self, key, module, args, value):
+        """A quiet cell's hook (Program.quiet): the event, kept for `_replay`, as raw hooks keep what they read. Once
+        the run answers inside the hooks (`logged` None: a target named nothing ahead, or a module called again,
+        whose calls the log would keep all of), it passes the event on."""
+        logged = self.logged
+        if logged is not None and not self.in_statement:
+            if key not in logged:
+                logged[key] = value
+                return None
+            self._replay()
+        return self._on_output(key, module, args, value)
+
+    def _replay(self) -> None:
+        """Answer a quiet cell's statements from the events logged so far, in the order they came: what they would
+        have done inside the hooks, done later (nothing they do could change the model's run); from here on,
+        events are answered as they come."""
+        logged, self.logged = self.logged, None
+        for key, value in logged.items():
+            self._on_output(key, None, None, value)
 
     def _hook_targets(self) -> None:
         """Hook, before the model runs, every event the cell may read in any order (ForwardEvents.hook_targets)."""
         for target in self.program.forward_targets:
             if target.uses and target.uses <= self.requested or target.needs and not target.needs <= self.finished:
                 continue
-            for module in target_elements(target, self.ns):
+            modules = target_elements(target, self.ns)
+            if not modules:
+                self.logged = None     # its reads are hooked when asked for, so answered inside the hooks
+            for module in modules:
                 if isinstance(module, HOOKABLE) and (id(module), "output") not in self.hooks:
                     self._hook(module, (id(module), "output"))
 

@@ -1,0 +1,64 @@
+"""Which cells only keep what they read (Program.quiet): they bind, index with constants and save the values of
+events, and compute nothing from them, so nothing they do depends on when it runs. Pure questions about a
+cell's syntax tree, as in cellast.py."""
+from __future__ import annotations
+
+import ast
+
+from .cellast import LISTING_METHODS, NAME_TESTS, calls_nothing, is_event_attr, is_save_call
+
+# What a cell that only keeps what it reads may be made of (`keeps_only`): no operator, comparison, branch or
+# store into an element, and no call but `x.save()`, a listing of modules and the builtins below
+_KEEPING = (ast.Module, ast.Expr, ast.Assign, ast.Pass, ast.Name, ast.Constant, ast.Attribute, ast.Subscript,
+            ast.Slice, ast.Tuple, ast.List, ast.Dict, ast.expr_context, ast.Call, ast.For, ast.ListComp,
+            ast.DictComp, ast.comprehension, ast.UnaryOp, ast.unaryop)
+_KEEPING_BUILTINS = frozenset("enumerate len list range reversed tuple zip".split())
+
+
+def keeps_only(body: list) -> bool:
+    """Whether a cell only binds, saves and indexes what it reads, with constant indices (`h[:, -1]`, views),
+    or `i` in `model.transformer.h[i]`: nothing it does with an event's value depends on when it runs, so its
+    statements may run after the model has (run/direct.py, a quiet cell). `calls_nothing` holds too."""
+    if not calls_nothing(body):
+        return False
+    module = ast.Module(body=body, type_ignores=[])
+    in_paths = {id(node) for event in ast.walk(module) if is_event_attr(event) for node in ast.walk(event.value)}
+    for node in ast.walk(module):
+        if not isinstance(node, _KEEPING):
+            return False
+        if isinstance(node, ast.Call) and not _keeping_call(node):
+            return False
+        if isinstance(node, ast.UnaryOp) and not (isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant)):
+            return False
+        if isinstance(node, ast.Subscript) and not (
+                _module_index(node.slice) if id(node) in in_paths
+                else isinstance(node.ctx, ast.Load) and _basic_index(node.slice)):
+            return False
+    return True
+
+
+def _keeping_call(call: ast.Call) -> bool:
+    """`x.save()`, a listing (`model.named_modules()`, `d.items()`), a name test of a loop's condition or one of
+    `_KEEPING_BUILTINS`; never a tensor method, which computes."""
+    func = call.func
+    if isinstance(func, ast.Name):
+        return func.id in _KEEPING_BUILTINS
+    return isinstance(func, ast.Attribute) and (is_save_call(call) or func.attr in NAME_TESTS
+                                                or (func.attr in LISTING_METHODS and not call.args))
+
+
+def _module_index(index: ast.expr) -> bool:
+    """An index in a module path: a name, a whole number or an attribute of a name (`cfg.layer`)."""
+    return isinstance(index, (ast.Name, ast.Constant)) or _basic_index(index) or (
+        isinstance(index, ast.Attribute) and isinstance(index.value, ast.Name))
+
+
+def _basic_index(index: ast.expr) -> bool:
+    """Constants, slices of constants and tuples of them: indexing that makes a view, never a copy."""
+    if isinstance(index, ast.Tuple):
+        return all(_basic_index(element) for element in index.elts)
+    if isinstance(index, ast.Slice):
+        return all(part is None or _basic_index(part) for part in (index.lower, index.upper, index.step))
+    if isinstance(index, ast.UnaryOp):
+        return isinstance(index.op, ast.USub) and isinstance(index.operand, ast.Constant)
+    return isinstance(index, ast.Constant) and (index.value is None or index.value is ... or type(index.value) is int)

@@ -1,0 +1,145 @@
+"""Quiet cells (Program.quiet): a direct cell that only reads, binds, indexes with constants and saves, every read
+hooked before the model runs, logs its events in the forward and runs its statements on the log once the model
+has run. Which cells are quiet, that their statements really run after the forward while the others' run inside
+it, and that the values equal plain hooks: a module called twice, a target named nothing ahead, an error.
+(test_direct_run.py holds every direct cell, quiet or not, equal to the general runtime.)"""
+import traceback
+
+import pytest
+import torch
+from torch import nn
+
+import nbgrad
+from nbgrad.engine.compile.compiler import compile_cell
+from nbgrad.engine.run.direct import DirectRun
+from helpers import hook_count, hooked, tiny_gpt2
+from test_direct_run import assert_same_both_ways
+
+IDS = torch.tensor([[3, 17, 42, 5, 88, 9]])
+MODEL = tiny_gpt2(n_layer=3, seed=11)
+
+QUIET = {
+    "one read": "hs = model.transformer.h[-1].output.save()",
+    "every block by index": "outs = [model.transformer.h[i].output.save() for i in range(len(model.transformer.h))]",
+    "every block by loop": "outs = [b.output.save() for b in reversed(model.transformer.h)]",
+    "a view of a name": "h = model.transformer.h[1].output\nlast = h[:, -1].save()",
+    "a submodule in a loop": "attn = [b.attn.output for b in model.transformer.h]",
+    "a name test": 'd = {n: m.output.save() for n, m in model.named_modules() if n.startswith("transformer.h.")}',
+    "any order": "late = model.transformer.h[2].output.save()\nearly = model.transformer.h[0].output.save()",
+}
+NOT_QUIET = {
+    "computes": "n = model.transformer.h[0].output.norm().save()",
+    "an operator": "d = (model.transformer.h[1].output - model.transformer.h[0].output).save()",
+    "a comparison": 'd = {n: m.output.save() for n, m in model.named_modules() if n == "transformer"}',
+    "edits a name": "x = model.transformer.h[0].output\nx[:, 0] = 0",
+    "edits an output": "model.transformer.h[0].output[:] *= 2",
+    "an index that may copy": "x = model.transformer.h[0].output[rows].save()",
+    "a list index": "x = model.transformer.h[0].output[[0, 0]].save()",
+    "prints": "print(model.transformer.h[0].output.shape)",
+    "nbgrad.save": "x = nbgrad.save(model.transformer.h[0].output)",
+    "not hooked ahead": "x = getattr(model.transformer, 'h')[0].output.save()",
+    "a function of the cell": "def r(i):\n    return model.transformer.h[i].output\nx = r(0).save()",
+    "a branch": "if True:\n    x = model.transformer.h[0].output.save()",
+}
+
+
+@pytest.mark.parametrize("cell", sorted(QUIET))
+def test_cells_that_only_keep_what_they_read_are_quiet(cell):
+    assert compile_cell(QUIET[cell]).quiet
+
+
+@pytest.mark.parametrize("cell", sorted(NOT_QUIET))
+def test_cells_that_compute_edit_or_read_unforeseen_modules_are_not(cell):
+    program = compile_cell(NOT_QUIET[cell])
+    assert program.direct and not program.quiet
+
+
+@pytest.mark.parametrize("cell", sorted(QUIET))
+def test_a_quiet_cell_gives_what_the_runtime_gives(cell, capfd):
+    assert_same_both_ways(QUIET[cell], capfd)
+
+
+def statements_in_forward(model, source, namespace=None) -> list:
+    """For each time a statement of the cell was resumed: whether the model's forward was running then."""
+    running, seen = [False], []
+    handles = [model.register_forward_pre_hook(lambda m, a: running.__setitem__(0, True), prepend=True),
+               model.register_forward_hook(lambda m, a, o: running.__setitem__(0, False), always_call=True)]
+    original = DirectRun._advance
+
+    def advance(self, task, value, error=None):
+        seen.append(running[0])
+        return original(self, task, value, error)
+    DirectRun._advance = advance
+    try:
+        nbgrad.trace(model, IDS, source, namespace if namespace is not None else {"model": model})
+    finally:
+        DirectRun._advance = original
+        for handle in handles:
+            handle.remove()
+    return seen
+
+
+def test_a_quiet_cells_statements_run_after_the_forward_and_the_others_inside_it():
+    quiet = statements_in_forward(MODEL, QUIET["every block by index"])
+    computing = statements_in_forward(MODEL, "outs = [model.transformer.h[i].output.clone().save() for i in range(3)]")
+    assert len(quiet) == len(computing) == 4 and not any(quiet)
+    assert computing == [False, True, True, True]      # started before the model, woken by each block
+
+
+def test_values_equal_plain_hooks():
+    namespace = {"model": MODEL}
+    nbgrad.trace(MODEL, IDS, QUIET["every block by index"] + "\n" + QUIET["a view of a name"], namespace)
+    outputs = hooked(MODEL, IDS, [f"transformer.h.{i}" for i in range(3)])[0]
+    for i in range(3):
+        assert torch.equal(namespace["outs"][i], outputs[f"transformer.h.{i}"])
+    assert torch.equal(namespace["last"], outputs["transformer.h.1"][:, -1]) and hook_count(MODEL) == 0
+
+
+def test_a_module_called_twice_is_read_at_its_first_call_as_inside_the_hooks(capfd):
+    shared = nn.Linear(4, 4)
+    model = nn.Sequential(shared, nn.Tanh(), shared)
+    x = torch.randn(2, 4)
+    source = "first = model[0].output.save()\nout = model.output.save()"
+    assert compile_cell(source).quiet
+    found = assert_same_both_ways(source, capfd, model=model, ids=x)
+    assert torch.equal(found["saved"]["first"], shared(x)) and torch.equal(found["saved"]["out"], model(x))
+
+
+def test_a_target_that_names_nothing_ahead_is_answered_inside_the_hooks():
+    """An iterator of the user's is never consumed ahead (targets.py): its loop's reads are hooked as they are
+    asked for, in forward order, so the run answers them inside the hooks instead of logging."""
+    namespace = {"model": MODEL, "blocks": iter(MODEL.transformer.h)}
+    source = "outs = [b.output.save() for b in blocks]"
+    assert compile_cell(source).quiet
+    assert statements_in_forward(MODEL, source, dict(namespace)) == [False, True, True, True]
+    result = nbgrad.trace(MODEL, IDS, source, {"model": MODEL, "blocks": iter(MODEL.transformer.h)})
+    outputs = hooked(MODEL, IDS, [f"transformer.h.{i}" for i in range(3)])[0]
+    assert [torch.equal(result.saved[f"outs[{i}]"], outputs[f"transformer.h.{i}"]) for i in range(3)] == [True] * 3
+
+
+def test_an_error_in_a_quiet_statement_points_at_its_line_and_leaves_the_model_clean(capfd):
+    source = "a = model.transformer.h[0].output.save()\nb = model.transformer.h[1].output[0, 99].save()"
+    assert compile_cell(source).quiet
+    found = assert_same_both_ways(source, capfd)
+    assert found["error"][:2] == ("IndexError", "index 99 is out of bounds for dimension 1 with size 6")
+    assert found["hooks"] == 0 and not any(name.startswith("__nbgrad") for name in found["names"])
+    with pytest.raises(IndexError) as raised:
+        nbgrad.trace(MODEL, IDS, source, {"model": MODEL})
+    last = traceback.extract_tb(raised.value.__traceback__)[-1]
+    assert last.filename.startswith("<nbgrad-cell") and last.lineno == 2
+
+
+class Fails(nn.Module):
+    def forward(self, x):
+        raise ValueError("the model's own error")
+
+
+def test_when_the_model_fails_what_ran_before_it_is_kept_as_inside_the_hooks(capfd):
+    """The statements woken before the model failed ran inside the hooks: a quiet run answers them from its log
+    before the model's error goes on, so the same values are saved and the same error is raised."""
+    model = nn.Sequential(nn.Linear(4, 4), Fails())
+    source = "first = model[0].output.save()\nnever = model[1].output.save()"
+    assert compile_cell(source).quiet
+    found = assert_same_both_ways(source, capfd, model=model, ids=torch.randn(2, 4))
+    assert found["error"][:2] == ("ValueError", "the model's own error")
+    assert torch.equal(found["names"]["first"], model[0](found["names"]["IDS"])) and "never" not in found["names"]
