@@ -161,7 +161,7 @@ class DirectEvents:
 
     def _hook(self, module, key) -> None:
         on_event = self._log_event if self.program.quiet else self._on_output
-        self.hooks[key] = module.register_forward_hook(partial(on_event, key))
+        self.hooks.forward_hook(key, module, partial(on_event, key))
 
     def _log_event(self, key, module, args, value):
         """A quiet cell's hook (Program.quiet): the event, kept for `_replay`, as raw hooks keep what they read. Once

@@ -1,9 +1,27 @@
-"""Every hook handle of a run, removed together: the one place that removes one. The hot paths (a module's
-output, a tensor's gradient) register theirs in place and store the handle here, without HookSet.add's
-two calls; the rest register through `add` and `replace`."""
+"""Every hook handle of a run, removed together: the one place that removes one. A module's output hook goes in
+through `HookSet.forward_hook`, which costs less than torch's `register_forward_hook` (see there); a tensor's
+gradient hook is registered in place and its handle stored here, without HookSet.add's two calls; the rest
+register through `add` and `replace`."""
 from __future__ import annotations
 
+import itertools
+from functools import partial
 from typing import Callable, Hashable
+
+from torch import nn
+
+_REGISTER = nn.Module.register_forward_hook
+# Negative: torch numbers its own handles from 0 up, so an id of ours is never one of its own, nor in the sets
+# of hooks it calls with keyword arguments or always
+_hook_ids = itertools.count(-1, -1)
+
+
+class ForwardHook(partial):
+    """The handle `HookSet.forward_hook` gives: `remove()` is `module._forward_hooks.pop(id, None)`, run by
+    partial's own call, so that neither making nor removing one runs Python code. Removing it twice does
+    nothing, as with torch's RemovableHandle."""
+    __slots__ = ()
+    remove = partial.__call__
 
 
 class HookSet(dict):
@@ -16,6 +34,20 @@ class HookSet(dict):
             return False
         self[key] = register()
         return True
+
+    def forward_hook(self, key: Hashable, module, hook: Callable) -> None:
+        """`self[key] = module.register_forward_hook(hook)`, with the same effect on the module's calls: the hook
+        goes last into `module._forward_hooks`, which `Module._call_impl` runs in order as `hook(module, args,
+        output)`. Torch's own way makes a RemovableHandle (three weak references and a generator), Python run
+        cold before every cell for every hooked module: a few microseconds each (bench/overhead.py). A module
+        whose class registers hooks its own way, and whatever else is hookable (a site, a skip), is asked to."""
+        if type(module).register_forward_hook is not _REGISTER:
+            self[key] = module.register_forward_hook(hook)
+            return
+        hooks = module._forward_hooks
+        hook_id = next(_hook_ids)
+        self[key] = ForwardHook(hooks.pop, hook_id, None)   # first: an interrupt here leaves no hook behind
+        hooks[hook_id] = hook
 
     def replace(self, key: Hashable, register: Callable) -> None:
         """Remove `key`'s handle, if any, and register again."""
