@@ -28,7 +28,8 @@ def keeps_only(body: list) -> bool:
             return False
         if isinstance(node, ast.Call) and not _keeping_call(node):
             return False
-        if isinstance(node, ast.UnaryOp) and not (isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant)):
+        if isinstance(node, ast.UnaryOp) and not (isinstance(node.op, ast.USub)
+                                                  and isinstance(node.operand, ast.Constant)):
             return False
         if isinstance(node, ast.Subscript) and not (
                 _module_index(node.slice) if id(node) in in_paths

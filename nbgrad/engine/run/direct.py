@@ -50,7 +50,7 @@ class DirectRun(DirectEvents, CellState):
     # reads that returned a tuple or another non-tensor (as ForwardEvents')
     late_hooks = tuple_reads = other_reads = last_replacement = None
     logged = None                    # a quiet cell's events, key -> value in the order they came, until replayed
-    held = None                      # use id -> the ModuleList its `PATH[i]` reads find modules in (elements.py), or False
+    held = None                      # use id -> what its `PATH[i]` reads find modules in (elements.py), or False
 
     def __init__(self, program, namespace: dict, model, no_grad: bool = False):
         self.program, self.ns, self.model, self.no_grad = program, namespace, model, no_grad

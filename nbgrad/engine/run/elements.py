@@ -26,7 +26,7 @@ def hold(namespace: dict, spec: tuple):
     if type(container) is not nn.ModuleList:      # a subclass may index its own way
         return None
     try:
-        named = eval(code, namespace)             # what the cell's own expression names: the same object, or nothing held
+        named = eval(code, namespace)             # what the cell's own expression names: the same, or nothing held
     except Exception:
         return None
     return (root_name, root, moduletree._structure_version[0], container) if named is container else None
