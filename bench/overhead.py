@@ -1,8 +1,9 @@
 """nbgrad's overhead as a ratio against the same work done with raw PyTorch hooks, in one run.
 
 Each scenario runs nbgrad and raw hooks in pairs on the same model and ids, each first in every other pair;
-the ratio is median(nbgrad) / median(raw) over >= 30 runs each (100 on the embedded model by default), and the
-fixed cost the median of the per-pair differences. Run: `python bench/overhead.py [--runs N]`.
+the ratio is median(nbgrad) / median(raw) over 100 runs each by default, and the fixed cost the median of the
+per-pair differences, with half the width of its 95% interval (what this run cannot tell apart). Run:
+`python bench/overhead.py [--runs N] [--small-runs N]`.
 """
 from __future__ import annotations
 
@@ -123,9 +124,10 @@ def timed(fn) -> float:
 
 
 def paired(nbgrad_fn, raw_fn, runs: int) -> tuple:
-    """(ratio of the medians, nbgrad's median, raw's median, median of the per-pair differences). The two
-    run in pairs, each first in every other pair; the per-pair difference is the steadier measure of the
-    fixed cost on a machine whose speed drifts (both runs of a pair see the same drift)."""
+    """(ratio of the medians, nbgrad's median, raw's median, median of the per-pair differences, half the width
+    of that median's 95% interval). The two run in pairs, each first in every other pair; the per-pair
+    difference is the steadier measure of the fixed cost on a machine whose speed drifts (both runs of a pair
+    see the same drift)."""
     for _ in range(5):          # warm-up: allocator growth, lazy inits
         nbgrad_fn(), raw_fn()
     ours, theirs = [], []
@@ -137,8 +139,17 @@ def paired(nbgrad_fn, raw_fn, runs: int) -> tuple:
             theirs.append(timed(raw_fn))
             ours.append(timed(nbgrad_fn))
     ours_median, raw_median = statistics.median(ours), statistics.median(theirs)
-    difference = statistics.median(mine - other for mine, other in zip(ours, theirs))
-    return ours_median / raw_median, ours_median, raw_median, difference
+    differences = [mine - other for mine, other in zip(ours, theirs)]
+    return (ours_median / raw_median, ours_median, raw_median, statistics.median(differences),
+            median_interval(differences))
+
+
+def median_interval(values: list) -> float:
+    """Half the width of a 95% interval for the median of `values`, from their order statistics (no assumption
+    about their distribution): how far this run's fixed cost may be from the machine's, in the same units."""
+    ordered, n = sorted(values), len(values)
+    low = max(0, int(n / 2 - 0.98 * n ** 0.5) - 1)      # the ranks n/2 -+ 1.96 sqrt(n)/2, from 0
+    return (ordered[n - 1 - low] - ordered[low]) / 2
 
 
 def ratio(nbgrad_fn, raw_fn, runs: int) -> tuple:
@@ -184,7 +195,8 @@ def run_all(name, model, ids, runs, with_grad=True, tokenizer=None):
         scenarios["(e) one block's gradient"] = (lambda: (nbgrad.trace(model, ids, GRAD_ONE), zero()),
                                                  lambda: (raw_grad_one(model, ids), zero()))
     print(f"\n{name}  (ids {tuple(ids.shape)}, {runs} runs each in alternating pairs, ratio of the medians; "
-          f"fixed cost = median of nbgrad - raw over the pairs; memory = peak tensor memory of one run, nbgrad / raw)")
+          f"fixed cost = median of nbgrad - raw over the pairs, ± half its 95% interval; memory = peak tensor memory "
+          f"of one run, nbgrad / raw)")
     rows, memory = {}, {}
     for label, (ours, raw) in scenarios.items():
         rows[label] = paired(ours, raw, runs)
@@ -193,10 +205,10 @@ def run_all(name, model, ids, runs, with_grad=True, tokenizer=None):
     tokenizer = tokenizer or nbgrad.tokenizer_for(model)
     if tokenizer is not None:
         rows["(f) two invokes with a patch"] = invoke_scenario(model, runs, tokenizer)
-    for label, (r, ours, raw, fixed) in rows.items():
+    for label, (r, ours, raw, fixed, interval) in rows.items():
         peak = f"   memory {memory[label]:5.3f}x" if label in memory else ""
-        print(f"  {label:34s} {r:5.3f}x   fixed {fixed * 1e6:+7.0f} us   nbgrad {ours * 1e3:7.3f} ms   "
-              f"raw hooks {raw * 1e3:7.3f} ms{peak}")
+        print(f"  {label:34s} {r:5.3f}x   fixed {fixed * 1e6:+7.0f} ±{interval * 1e6:5.0f} us   "
+              f"nbgrad {ours * 1e3:7.3f} ms   raw hooks {raw * 1e3:7.3f} ms{peak}")
     return rows
 
 
@@ -214,6 +226,9 @@ def embedded_setup() -> tuple:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=100)
+    # A GPT-2-small forward varies by milliseconds from run to run, against a fixed cost of a tenth of one: its
+    # ratios need as many pairs as the embedded model's to tell 2% apart from noise (see the ± column)
+    parser.add_argument("--small-runs", type=int, default=100, help="pairs on the GPT-2-small shape")
     parser.add_argument("--skip-small", action="store_true", help="only the embedded model")
     args = parser.parse_args(argv)
     embedded, tokenizer, ids = embedded_setup()
@@ -221,7 +236,7 @@ def main(argv=None) -> None:
     if not args.skip_small:
         gpt2_small = GPT2LMHeadModel(GPT2Config()).eval()
         ids_small = torch.randint(0, 50257, (1, 16))
-        run_all("GPT-2-small-shaped model (random weights)", gpt2_small, ids_small, max(30, args.runs // 4),
+        run_all("GPT-2-small-shaped model (random weights)", gpt2_small, ids_small, args.small_runs,
                 tokenizer=tokenizer)         # the embedded tokenizer's ids are within GPT-2's vocabulary
 
 

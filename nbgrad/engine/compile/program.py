@@ -118,7 +118,7 @@ class Program:
     # use id -> (root name, attribute names, code) of PATH in `PATH[i].output`, a chain of attributes of a name the
     # cell never binds (Read.at): what a run may hold to find `PATH[i]` by `i` alone (run/elements.py)
     containers: dict = field(default_factory=dict)
-    # The cell only binds, indexes and saves what it reads (cellast.keeps_only), and every module it reads is named
+    # The cell only binds, indexes and saves what it reads (keeping.keeps_only), and every module it reads is named
     # by a target that the run hooks before the model starts
     keeps_only: bool = False
     # The uses of all forward targets when each is a plain path, else None: once statements wait on all of
