@@ -7,13 +7,16 @@ import traceback
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from torch import nn
 
 import nbgrad
 from nbgrad.engine.compile.compiler import compile_cell
 from nbgrad.engine.run.direct import DirectRun
 from helpers import hook_count, hooked, tiny_gpt2
-from test_direct_run import assert_same_both_ways
+from test_direct_run import _Printed, assert_same_both_ways
+from test_fuzz_cells import FUZZ
 
 IDS = torch.tensor([[3, 17, 42, 5, 88, 9]])
 MODEL = tiny_gpt2(n_layer=3, seed=11)
@@ -143,3 +146,51 @@ def test_when_the_model_fails_what_ran_before_it_is_kept_as_inside_the_hooks(cap
     found = assert_same_both_ways(source, capfd, model=model, ids=torch.randn(2, 4))
     assert found["error"][:2] == ("ValueError", "the model's own error")
     assert torch.equal(found["names"]["first"], model[0](found["names"]["IDS"])) and "never" not in found["names"]
+
+
+# --- fuzzed quiet cells --------------------------------------------------------------------------------------
+# The general fuzz grammar (test_fuzz_cells.py) computes in most statements, so few of its cells are quiet. This
+# one makes only quiet statements, in any order, and each cell runs both ways (test_direct_run.assert_same_both_ways)
+
+BLOCK = st.sampled_from(["0", "1", "2", "-1"])
+VIEW = st.sampled_from(["", "[:, -1]", "[0]", "[:, 1:3]", "[..., :4]"])
+ORDER = st.sampled_from(["range(3)", "reversed(range(3))", "[2, 0]", "range(len(model.transformer.h))", "[1]"])
+BLOCKS = st.sampled_from(["model.transformer.h", "reversed(model.transformer.h)"])
+PART = st.sampled_from(["", ".attn", ".mlp", ".ln_1"])
+SAVE = st.sampled_from(["", ".save()"])
+
+
+@st.composite
+def quiet_statement(draw, index: int) -> str:
+    name = f"v{index}"
+    kind = draw(st.integers(0, 7 if index else 6))
+    if kind == 0:
+        return f"{name} = model.transformer.h[{draw(BLOCK)}]{draw(PART)}.output{draw(VIEW)}{draw(SAVE)}"
+    if kind == 1:
+        return f"{name} = [model.transformer.h[i].output{draw(VIEW)}{draw(SAVE)} for i in {draw(ORDER)}]"
+    if kind == 2:
+        return f"{name} = [b{draw(PART)}.output{draw(SAVE)} for b in {draw(BLOCKS)}]"
+    if kind == 3:
+        return (f"{name} = {{n: m.output{draw(SAVE)} for n, m in model.named_modules() "
+                f"if n.startswith('transformer.h.{draw(st.sampled_from(['', '1', '2.mlp']))}')}}")
+    if kind == 4:
+        return f"{name} = model.output.logits{draw(VIEW)}{draw(SAVE)}"
+    if kind == 5:
+        return f"for i in {draw(ORDER)}:\n    {name} = model.transformer.h[i].output{draw(VIEW)}{draw(SAVE)}"
+    if kind == 6:     # now and then a block the model does not have: the path error, both ways
+        return f"{name} = model.transformer.h[{draw(st.sampled_from(['3', '0', '1']))}].output{draw(SAVE)}"
+    return f"{name} = v{draw(st.integers(0, index - 1))}"
+
+
+@st.composite
+def quiet_cells(draw) -> str:
+    count = draw(st.integers(1, 4))
+    return "\n".join(draw(quiet_statement(index)) for index in range(count)) + "\n"
+
+
+@FUZZ
+@given(quiet_cells())
+def test_fuzzed_quiet_cells_give_what_the_runtime_gives(cell):
+    assert compile_cell(cell).quiet, cell
+    with _Printed() as capfd:
+        assert_same_both_ways(cell, capfd)
