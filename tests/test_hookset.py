@@ -57,3 +57,14 @@ def test_a_module_that_registers_its_own_way_is_asked():
     assert torch.equal(module(torch.zeros(1)), torch.ones(1))
     hooks.remove_all()
     assert hook_count(module) == 0
+
+
+def test_a_hook_that_goes_first_is_registered_by_torchs_way():
+    layer, calls, hooks = nn.Linear(2, 2), [], HookSet()
+    earlier = layer.register_forward_hook(lambda m, a, o: calls.append("torch's"))
+    hooks.forward_hook("first", layer, lambda m, a, o: calls.append("ours"), prepend=True)
+    layer(torch.ones(1, 2))
+    assert calls == ["ours", "torch's"] and type(hooks["first"]) is not ForwardHook
+    hooks.remove_all()
+    earlier.remove()
+    assert hook_count(layer) == 0

@@ -187,10 +187,7 @@ class ForwardEvents:
         if kind == "output":
             key = (id(module), "output")
             # Registered here, not through HookSet.add: this is every cell's hook, and the two calls add up.
-            if prepend:
-                self.runtime.hooks[key] = module.register_forward_hook(partial(self._on_event, key), prepend=True)
-            else:
-                self.runtime.hooks.forward_hook(key, module, partial(self._on_event, key))
+            self.runtime.hooks.forward_hook(key, module, partial(self._on_event, key), prepend)
             return True
         module_id = id(module)
 
