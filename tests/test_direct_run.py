@@ -69,7 +69,42 @@ DIRECT_CELLS = {
     "print": "print(tuple(model.transformer.h[0].output.shape))",
     "a path error caught by the cell": ("try:\n    x = model.transformer.h[9].output\nexcept Exception as error:\n"
                                         "    x = type(error).__name__\ny = model.transformer.h[0].output.save()"),
+    # gradients (GradientEvents, with the direct run as its scheduler)
+    "a gradient": ("h = model.transformer.h[0].output\nwith model.output.logits.sum().backward():\n"
+                   "    g = h.grad.save()"),
+    "gradients read in any order": ("a = model.transformer.h[0].output\nb = model.transformer.h[2].output\n"
+                                    "with model.lm_head.output.sum().backward():\n    ga = a.grad.save()\n"
+                                    "    gb = b.grad.save()\n    gb2 = model.transformer.h[2].output.grad.save()"),
+    "a gradient edited": ("h = model.transformer.h[1].output\nx = model.transformer.h[0].output\n"
+                          "with model.lm_head.output.sum().backward():\n    h.grad[:] *= 3\n    gx = x.grad.save()"),
+    "a gradient replaced": ("h = model.transformer.h[1].output\nx = model.transformer.h[0].output\n"
+                            "with model.lm_head.output.sum().backward():\n    h.grad = torch.zeros_like(h.grad)\n"
+                            "    gx = x.grad.save()"),
+    "a backward pass after the forward": ("h = model.transformer.h[1].output\nloss = model.output.logits[0, -1].max()\n"
+                                          "loss.backward(retain_graph=True)\ng = h.grad.save()\n"
+                                          "w = model.lm_head.weight.grad.clone().save()"),
+    "two passes": ("h = model.transformer.h[1].output\nloss = model.output.logits.sum()\n"
+                   "with loss.backward(retain_graph=True):\n    g1 = h.grad.save()\n"
+                   "with (2 * loss).backward():\n    g2 = h.grad.save()"),
+    "a gradient of the model's output, edited in place": ("model.transformer.h[1].output[:] *= 2\n"
+                                                          "h = model.transformer.h[1].output\n"
+                                                          "with model.output.logits.sum().backward():\n"
+                                                          "    g = h.grad.save()"),
+    # the pass runs inside the model's output hook: that event is still live when a gradient wakes a statement
+    "the model's output edited from a gradient": ("h = model.transformer.h[1].output\n"
+                                                  "with model.output.logits.sum().backward():\n"
+                                                  "    model.output.logits[:] = h.grad.sum()\n"
+                                                  "o = model.output.logits.save()"),
+    "a leaf's grad outside any pass": "x = model.transformer.wte.weight.grad",
+    "a gradient edited by a line after the pass": ("h = model.transformer.h[1].output\n"
+                                                   "loss = model.output.logits.sum()\n"
+                                                   "loss.backward()\nh.grad[:] = 0\ng = h.grad.save()"),
     # errors
+    "a gradient never computed": ("h = model.transformer.h[1].output.detach().requires_grad_()\n"
+                                  "with model.output.logits.sum().backward():\n    g = h.grad.save()"),
+    "a gradient read with no pass": "h = model.transformer.h[1].output\ng = h.grad.save()",
+    "a loss that is not a scalar": "with model.output.logits.backward():\n    pass",
+    "a second pass on a freed graph": ("loss = model.output.logits.sum()\nloss.backward()\nloss.backward()"),
     "edited too late": "model.transformer.h[0].output[:] = model.transformer.h[2].output",
     "replaced too late": "h = model.transformer.h[2].output\nmodel.transformer.h[0].output = h",
     "a path not in the model": "x = model.transformer.h[9].output",
@@ -82,7 +117,6 @@ DIRECT_CELLS = {
 }
 
 GENERAL_CELLS = {
-    "a gradient": "h = model.transformer.h[0].output\nwith model.output.logits.sum().backward():\n    g = h.grad.save()",
     "an input": "x = model.transformer.h[0].input.save()",
     "a cache": "c = cache('transformer.h.*')",
     "stop": "h = model.transformer.h[0].output.save()\nstop()",
@@ -130,6 +164,7 @@ def outcome(text: str, direct: bool, capfd, model=MODEL, ids=IDS, **options) -> 
     api.DIRECT_RUN = direct
     namespace = {"model": model, "torch": torch, "nbgrad": nbgrad, "holder": Holder(), "IDS": ids}
     grad_mode = torch.is_grad_enabled()
+    model.zero_grad(set_to_none=True)     # each run's parameter gradients its own
     _unsaved.pop(id(namespace), None)     # names an earlier, freed namespace with the same id left there
     capfd.readouterr()
     try:
@@ -147,6 +182,7 @@ def outcome(text: str, direct: bool, capfd, model=MODEL, ids=IDS, **options) -> 
         "names": {name: value for name, value in namespace.items() if name != "__builtins__"},
         "unsaved": dict(unsaved_names(namespace)), "printed": (printed.out, printed.err),
         "hooks": hook_count(model), "grad mode": (grad_mode, torch.is_grad_enabled()),
+        "parameter grads": {name: p.grad for name, p in model.named_parameters() if p.grad is not None},
     }
 
 
@@ -162,7 +198,8 @@ def assert_same_both_ways(text: str, capfd, **options) -> dict:
 def test_a_direct_cell_gives_what_the_runtime_gives(cell, capfd):
     found = assert_same_both_ways(DIRECT_CELLS[cell], capfd)
     assert found["saved"] or found["error"] or cell in ("not a module", "no event at all", "print",
-                                                        "a with block around no read", "a branch on a value")
+                                                        "a with block around no read", "a branch on a value",
+                                                        "a leaf's grad outside any pass")
 
 
 def test_under_no_grad_too(capfd):
@@ -186,6 +223,19 @@ def test_fuzzed_forward_cells_give_what_the_runtime_gives(cell):
     forward, _, no_grad = cell
     forward = [step for step in forward if step.kind != "input"]
     text = source(forward, [])
+    assert compile_cell(text).direct, text
+    with _Printed() as capfd:
+        assert_same_both_ways(text, capfd, no_grad=no_grad)
+
+
+@FUZZ
+@given(cells().filter(lambda cell: cell[1]))
+def test_fuzzed_gradient_cells_give_what_the_runtime_gives(cell):
+    """The fuzz test's cells with a backward pass (reads and edits of gradients inside `with LOSS.backward():`),
+    without an input read, both ways: the parameters' gradients must match too."""
+    forward, backward, no_grad = cell
+    forward = [step for step in forward if step.kind != "input"]
+    text = source(forward, backward)
     assert compile_cell(text).direct, text
     with _Printed() as capfd:
         assert_same_both_ways(text, capfd, no_grad=no_grad)

@@ -45,8 +45,8 @@ CHECK = ("after = model.transformer.h[0].output.save()\n"
          "with model.output.logits.sum().backward():\n"
          "    after_grad = after.grad.save()\n")
 IDS = torch.tensor([[5, 9, 2, 7]])
-CELL_NAMES = ("hs", "logits", "g", "after", "after_grad", "c", "outs", "last")
-DIRECT = ("forward", "loop", "quiet")        # cells that run as a direct run (engine/run/direct.py)      # what the cells above bind
+CELL_NAMES = ("hs", "logits", "g", "after", "after_grad", "c", "outs", "last")      # what the cells above bind
+DIRECT = ("backward", "forward", "loop", "quiet")     # cells that run as a direct run (engine/run/direct.py)
 
 
 def plain_check(model):

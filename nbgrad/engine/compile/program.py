@@ -63,7 +63,9 @@ class Backward(NamedTuple):
 
 
 REQUEST_TYPES = (Read, Write, GradRead, GradWrite, Backward)
-DIRECT_RUNTIME_NAMES = frozenset({"new", "Read", "Write", "save"})   # what a direct run answers
+DIRECT_KINDS = frozenset({"output", "grad"})     # the events a direct run answers
+# What a direct run answers (run/direct.py): module outputs, gradients and backward passes, and saves
+DIRECT_RUNTIME_NAMES = frozenset({"new", "Read", "Write", "save", "GradRead", "GradWrite", "Backward"})
 
 
 @dataclass
@@ -129,8 +131,8 @@ class Program:
     # Forward targets that wait for statements of the cell (Target.needs): hooked again once statements start
     late_targets: list = field(init=False, default_factory=list)
     # The common cell, which the direct run takes (run/direct.py): statements that only read and replace module
-    # outputs and save, with no `.grad` or backward pass, invoke, input event, cache, stop, site or skip, and no
-    # `with` block around a read (whose context the general scheduler keeps to the statement)
+    # outputs and their gradients, start backward passes and save, with no invoke, input event, cache, stop, site or
+    # skip, and no `with` block around a read (whose context the general scheduler keeps to the statement)
     direct: bool = field(init=False, default=False)
     row_zero: bool = field(init=False, default=False)     # a use is written `M.output[0]` (a hint to check)
     # A direct cell that only reads, binds and saves, every read hooked ahead: nothing it does can change the forward
@@ -142,10 +144,11 @@ class Program:
         self.late_targets = [target for target in self.forward_targets if target.needs]
         self.has_gradients = bool(self.graph.passes) or any(use.kind == "grad" for use in self.uses)
         self.row_zero = any(use.row_zero for use in self.uses)
-        self.direct = (self.mode == "trace" and not self.invokes and not self.has_gradients
-                       and self.runtime_names <= DIRECT_RUNTIME_NAMES and all(use.kind == "output" for use in self.uses)
+        self.direct = (self.mode == "trace" and not self.invokes and self.runtime_names <= DIRECT_RUNTIME_NAMES
+                       and all(use.kind in DIRECT_KINDS for use in self.uses)
                        and not any(node.spec.in_with or node.spec.after for node in self.nodes))
-        self.quiet = self.direct and self.keeps_only and not any(use.write for use in self.uses)
+        self.quiet = (self.direct and self.keeps_only and not self.has_gradients
+                      and not any(use.write for use in self.uses))
         if all(target.uses for target in self.forward_targets):
             self.plain_target_uses = frozenset().union(*(target.uses for target in self.forward_targets))
 

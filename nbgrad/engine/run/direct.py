@@ -1,12 +1,13 @@
 """The direct run: the common cell, run by one object instead of the runtime's six parts.
 
-Most cells only read module outputs, edit or replace them, and save (`Program.direct`: no `.grad` or backward
-pass, invoke, input event, cache, stop, site or skip, and no `with` block around a read). For those, the
-general runtime's parts (runtime.py) are machinery the cell never uses, and each costs microseconds between
-two forward passes. A DirectRun does the same with the same compiled statements: it hooks exactly the events
-they wait for, resumes each when its event fires, and gives everything back in one `try/finally`. Its
+Most cells only read module outputs and their gradients, edit or replace them, run backward passes and save
+(`Program.direct`: no invoke, input event, cache, stop, site or skip, and no `with` block around a read). For
+those, the general runtime's parts (runtime.py) are machinery the cell never uses, and each costs microseconds
+between two forward passes. A DirectRun does the same with the same compiled statements: it hooks exactly the
+events they wait for, resumes each when its event fires, and gives everything back in one `try/finally`. Its
 semantics are the runtime's, part for part (the names below say which part each step mirrors), and a
-differential test holds them equal; what only a failure needs (messages, hints, the graph) is shared code.
+differential test holds them equal; what only a failure needs (messages, hints, the graph) is shared code, and
+so are gradients: the run is its own scheduler for the runtime's GradientEvents.
 """
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ from threading import get_ident
 
 from torch import Tensor, is_grad_enabled, set_grad_enabled
 
-from ...errors import for_the_cell, hints, located
-from ..compile.program import RUNTIME_NAME, Read, Write
+from ...errors import OrderError, diagnose, for_the_cell, hints, located
+from ..compile.program import RUNTIME_NAME, Backward, GradRead, GradWrite, Read, Write
 from .cellstate import CellState
 from .claims import _local, _tracing, claim, release
 from .directevents import DirectEvents
+from .gradients import GradientEvents
 from .hookset import HookSet
-from .result import Later, Result, saved_later
+from .result import Later, Result, grad_pairs, saved_by_name, saved_later
 from .runtime import run_graph
 from .scheduler import AFTER_FORWARD, BEFORE_MODEL, FORWARD, Scheduler
 
@@ -35,9 +37,14 @@ class DirectRun(DirectEvents, CellState):
     """One run of one direct cell: create, `run_trace(args, kwargs)`, discard (as a Runtime). It is its own
     CellState: the snapshot of grad mode, flags and names that `_exit` gives back."""
     # What compiled statements ask of `__nbgrad__` (compile/rewrite.py), as of the Runtime
-    Read, Write = Read, Write
+    Read, Write, GradRead, GradWrite, Backward = Read, Write, GradRead, GradWrite, Backward
     new = tuple.__new__
     stepping = False                 # never one step of a generation
+    rows = None                      # never invokes
+    recorders = ()                   # never a cache
+    gradients = None                 # GradientEvents, when the cell reads a `.grad` or starts a backward pass
+    shapes = None                    # (id(module), "grad") -> shape of the gradient into its output, with gradients
+    pass_state = ()                  # per backward pass: "pending" | "running" | "done" (the GradientEvents' list)
     # Where a run starts: set here, not in __init__, so that making a run sets only what it fills
     live = None                      # the event whose statements run now
     cause = None                     # the use id of the event being delivered now
@@ -64,9 +71,13 @@ class DirectRun(DirectEvents, CellState):
         self.finished: set = set()       # indices of finished nodes
         self.tasks: list = []            # started, not finished
         self.requested: set = set()      # use ids a statement has waited on
+        if program.has_gradients:
+            self.shapes = {}
+            self.gradients = GradientEvents(self)
+            self.pass_state = self.gradients.pass_state
 
-    # What shared code reads of a runtime's parts (hints, Cache._filling): here they are one object
-    forward = saved = property(lambda self: self)
+    # What shared code reads of a runtime's parts (hints, Cache._filling, GradientEvents): here they are one object
+    forward = saved = scheduler = property(lambda self: self)
 
     def save(self, value, line=None, label=None):
         """`x.save()` in the cell: keep x after it."""
@@ -146,15 +157,28 @@ class DirectRun(DirectEvents, CellState):
             self.restore_namespace(self.by_id)
         release(self, self.thread_runtimes if self.thread_runtimes is not None else _local.runtimes)
         self.values.clear()
+        gradients = self.gradients
+        if gradients is not None:        # no cycle left (run <-> its GradientEvents): both go by reference counting
+            for store in (gradients.grads, gradients.sources, gradients.hooked):
+                store.clear()
+            gradients.runtime = gradients.scheduler = None
         self._exited = True
 
     def _result(self) -> Result:
-        saved = saved_later(self.by_id, self.program.bound_names, self.ns)
+        bound, pairs = self.program.bound_names, None
+        sources = self.gradients.sources if self.gradients is not None else None
+        if sources:            # which saved values are gradients, and into what: named now, as the runtime does
+            saved = saved_by_name(self.by_id, bound, self.ns)
+            pairs = grad_pairs(saved, sources, bound, self.ns)
+        else:
+            saved = saved_later(self.by_id, bound, self.ns)
         shapes = {}            # of what each hooked event returned last (after the cell's edits), for the sidebar
         for key, value in self.values.items():
             if isinstance(value, Tensor):
                 shapes[key] = tuple(value.shape)
-        return Result(saved, Later((run_graph, self.program, self.timeline, self.failed)), shapes)
+        if self.shapes:
+            shapes.update(self.shapes)
+        return Result(saved, Later((run_graph, self.program, self.timeline, self.failed)), shapes, grad_pairs=pairs)
 
     def _for_the_cell(self, error: BaseException) -> BaseException:
         error = located(error, self.uses)
@@ -170,13 +194,15 @@ class DirectRun(DirectEvents, CellState):
         while progressed:
             progressed = False
             for node in self.unstarted:
-                if self.finished.issuperset(node.spec.deps):
+                spec = node.spec       # inside `with LOSS.backward():`, a statement waits for its pass to begin
+                if self.finished.issuperset(spec.deps) and (spec.block is None
+                                                             or self.pass_state[spec.block] != "pending"):
                     self.unstarted.remove(node)
                     task = _Task()
-                    task.index, task.cause, task.module, task.grad_mode = node.spec.index, self.cause, None, None
+                    task.index, task.cause, task.module, task.grad_mode = spec.index, self.cause, None, None
                     task.gen = types.FunctionType(node.code, self.ns)()
                     self.tasks.append(task)
-                    self.timeline.append((node.spec.index, None, self.phase))
+                    self.timeline.append((spec.index, None, self.phase))
                     self._advance(task, None)
                     progressed = True
                     break
@@ -207,9 +233,41 @@ class DirectRun(DirectEvents, CellState):
                     self._start_ready()
                 return
             try:
-                answered, value = (self._read if type(request) is Read else self._write)(task, request)
+                kind = type(request)
+                if kind is Read:
+                    answered, value = self._read(task, request)
+                elif kind is Write:
+                    answered, value = self._write(task, request)
+                else:                     # GradRead, GradWrite, Backward: _gradient_request, written out
+                    gradients = self.gradients
+                    answered, value = (gradients.read if kind is GradRead else gradients.write if kind is GradWrite
+                                       else gradients.backward)(task, request)
                 error = None
             except Exception as raised:     # raised where the statement asked: its own try/except sees it
                 answered, value, error = True, None, raised
             if not answered:
                 return
+
+    start_ready = _start_ready
+
+    # --- gradients: the scheduler that GradientEvents answers GradRead, GradWrite and Backward requests for ------
+
+    def _gradient_request(self, task, request):
+        gradients, kind = self.gradients, type(request)
+        return (gradients.read if kind is GradRead else gradients.write if kind is GradWrite
+                else gradients.backward)(task, request)
+
+    def park(self, key, task, request) -> tuple:
+        """Keep the task until `deliver(key)` (Scheduler.park)."""
+        self.parked.setdefault(key, []).append((task, request))
+        return False, None
+
+    def deliver(self, key) -> None:
+        """A gradient has arrived (GradientEvents._on_grad): answer what waits for it. The module event being
+        answered when the pass began (the model's output, read by the statement that started it) stays live."""
+        waiting = self.parked.pop(key, None)
+        if waiting:
+            self._deliver(key, waiting, self.live)
+
+    def too_late(self, task, use) -> OrderError:
+        return OrderError(diagnose.too_late(use, self._cause_of(task)), use.line)

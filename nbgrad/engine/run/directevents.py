@@ -7,7 +7,7 @@ from functools import partial
 from torch import Tensor
 
 from ...errors import OrderError, diagnose, hints
-from ..compile.program import Read
+from ..compile.program import Read, Write
 from .forward import HOOKABLE, PATH_ERRORS
 from . import elements
 from .moduletree import compiled_inner
@@ -35,7 +35,7 @@ class DirectEvents:
             return None
         task, request = waiting[0]
         if len(waiting) > 1 or type(request) is not Read or self.program.row_zero:
-            self._deliver(key, waiting)
+            self._deliver(key, waiting, key)
         else:                   # one read waits, the common case: _deliver and _read, written out
             outer, self.cause, self.live = self.cause, request.use, key
             try:
@@ -49,9 +49,10 @@ class DirectEvents:
         new = values[key]
         return new if new is not value else None
 
-    def _deliver(self, key, waiting: list) -> None:
-        """Answer every task parked on `key`, in source order (Scheduler.deliver)."""
-        outer, self.cause, self.live = self.cause, waiting[0][1].use, key
+    def _deliver(self, key, waiting: list, live) -> None:
+        """Answer every task parked on `key`, in source order (Scheduler.deliver), with `live` the module event
+        whose value a statement may replace meanwhile."""
+        outer, outer_live, self.cause, self.live = self.cause, self.live, waiting[0][1].use, live
         try:
             if len(waiting) > 1:
                 waiting.sort(key=node_index)
@@ -59,14 +60,16 @@ class DirectEvents:
                 task.cause = self.cause
                 self.timeline.append((task.index, request.use, self.phase))
                 try:
-                    answered, value = (self._read if type(request) is Read else self._write)(task, request)
+                    kind = type(request)
+                    answered, value = (self._read(task, request) if kind is Read else self._write(task, request)
+                                       if kind is Write else self._gradient_request(task, request))
                 except Exception as raised:
                     self._advance(task, None, raised)
                     continue
                 if answered:
                     self._advance(task, value)
         finally:
-            self.cause, self.live = outer, None
+            self.cause, self.live = outer, outer_live
 
     def _module(self, task, request):
         """The module a request names: the one the task was parked on, when it is being woken."""
@@ -213,9 +216,11 @@ class DirectEvents:
         found.__cause__ = error
         return found
 
-    def _never_came(self) -> OrderError:
+    def _never_came(self) -> Exception:
         """The error for the earliest statement still waiting when the cell ends (Runtime._check_finished)."""
         task, request = min((pair for waiting in self.parked.values() for pair in waiting), key=node_index)
+        if type(request) is not Read and type(request) is not Write:
+            return self.gradients.never_came(request)
         use, module = self.uses[request.use], task.module
         skipped = skipped_around(module)
         if skipped is not None:

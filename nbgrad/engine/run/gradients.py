@@ -32,6 +32,9 @@ class GradientEvents:
 
     def __init__(self, runtime):
         self.runtime = runtime
+        # Held here, read at every request: the runtime's Scheduler and ForwardEvents' values (a direct run is both)
+        self.scheduler = runtime.scheduler
+        self.values = runtime.forward.values
         self.uses = runtime.program.uses
         self.passes = runtime.program.graph.passes
         self.pass_state = ["pending"] * len(self.passes)
@@ -77,7 +80,7 @@ class GradientEvents:
             raise GradError(diagnose.grad_not_required(use, no_grad, option=not self.runtime.stepping), use.line)
         if self.hook(tensor) and self.pass_state[pass_index] == "running":
             self.late.add(key)
-        return self.runtime.scheduler.park(("grad",) + key, task, request)
+        return self.scheduler.park(("grad",) + key, task, request)
 
     def _known(self, task, use, key):
         """A read of a gradient that has arrived: live (editable), or already passed on."""
@@ -87,7 +90,7 @@ class GradientEvents:
                 self.replaced.add(key)
             return True, self.grads[key]
         if use.write:
-            raise self.runtime.scheduler.too_late(task, use)
+            raise self.scheduler.too_late(task, use)
         return True, self.grads[key]
 
     def write(self, task, request):
@@ -110,9 +113,9 @@ class GradientEvents:
             if pass_index is None or self.pass_state[pass_index] == "done":
                 tensor.grad = request.value      # outside any pass this is the plain attribute, as in PyTorch
                 return True, None
-            raise self.runtime.scheduler.too_late(task, use)
+            raise self.scheduler.too_late(task, use)
         self.hook(tensor)
-        return self.runtime.scheduler.park(("grad",) + key, task, request)
+        return self.scheduler.park(("grad",) + key, task, request)
 
     def backward(self, task, request):
         target, pass_index, args, kwargs = request.target, request.pass_index, request.args, request.kwargs
@@ -123,7 +126,7 @@ class GradientEvents:
         runtime = self.runtime
         diagnose.check_loss(loss, backward_pass, args, kwargs, runtime.no_grad, runtime.ns, runtime.model,
                             option=not runtime.stepping)
-        scheduler = runtime.scheduler
+        scheduler = self.scheduler
         outer_phase = scheduler.phase
         self.pass_state[pass_index] = "running"
         self.running.append(pass_index)
@@ -153,7 +156,7 @@ class GradientEvents:
 
     def _check_pass_delivered(self, pass_index: int) -> None:
         """After a pass: a statement still waiting for one of its gradients waits forever. Say why."""
-        parked = self.runtime.scheduler.parked
+        parked = self.scheduler.parked
         for key in [k for k in parked if k[0] == "grad" and k[2] == pass_index]:
             _, request = parked[key][0]
             use = self.uses[request.use]
@@ -175,7 +178,7 @@ class GradientEvents:
             self._rehook_edited()
         for recorder in self.runtime.recorders:      # cache(..., grads=True): each cached output, at each pass
             recorder.hook_grads()
-        values = self.runtime.forward.values
+        values = self.values
         for target in self.runtime.program.grad_targets:
             if target.pass_index != pass_index:
                 continue
@@ -207,19 +210,19 @@ class GradientEvents:
                                                               partial(self._on_grad, tensor_id)))
 
     def _on_grad(self, tensor_id, grad):
-        if not self.running or self.runtime.scheduler.in_statement:
+        if not self.running or self.scheduler.in_statement:
             return None         # no pass of the cell's, or autograd called by a statement's own code
         key = (tensor_id, self.running[-1])
         self.grads[key] = grad
         self.live.add(key)
         try:
-            self.runtime.scheduler.deliver(("grad",) + key)
+            self.scheduler.deliver(("grad",) + key)
         finally:
             self.live.discard(key)
         final = self.grads[key]
         self.sources[id(grad)] = self.sources[id(final)] = tensor_id
         shapes = self.runtime.shapes
-        for (module_id, kind), value in self.runtime.forward.values.items():
+        for (module_id, kind), value in self.values.items():
             if kind == "output" and id(value) == tensor_id:
                 shapes[(module_id, "grad")] = tuple(final.shape)
         return final if key in self.replaced else None

@@ -211,7 +211,7 @@ class Runtime:
         if gradients is not None:
             for store in (gradients.grads, gradients.sources, gradients.hooked):
                 store.clear()
-            gradients.runtime = None
+            gradients.runtime = gradients.scheduler = None
         if self.rows is not None:
             self.rows.clear()
         self._exited = True
