@@ -195,8 +195,8 @@ class GradientEvents:
         if id(tensor) in self.runtime.hooks:
             return False
         self.hooked[id(tensor)] = (tensor, tensor._version)
-        # Registered here, not through HookSet.add and a closure: this runs for every gradient a cell reads
-        self.runtime.hooks[id(tensor)] = register_grad_hook(tensor, partial(self._on_grad, id(tensor)))
+        # HookSet.grad_hook, not HookSet.add and a closure: this runs for every gradient a cell reads
+        self.runtime.hooks.grad_hook(id(tensor), tensor, partial(self._on_grad, id(tensor)))
         return True
 
     def _rehook_edited(self) -> None:

@@ -1,14 +1,14 @@
-"""Every hook handle of a run, removed together: the one place that removes one. A module's output hook goes in
-through `HookSet.forward_hook`, which costs less than torch's `register_forward_hook` (see there); a tensor's
-gradient hook is registered in place and its handle stored here, without HookSet.add's two calls; the rest
-register through `add` and `replace`."""
+"""Every hook handle of a run, removed together: the one place that removes one. A module's output hook and a
+tensor's gradient hook go in through `HookSet.forward_hook` and `HookSet.grad_hook`, which cost less than torch's
+`register_forward_hook` and `Tensor.register_hook` (see there); the rest register through `add` and `replace`."""
 from __future__ import annotations
 
 import itertools
+from collections import OrderedDict
 from functools import partial
 from typing import Callable, Hashable
 
-from torch import nn
+from torch import Tensor, nn
 
 _REGISTER = nn.Module.register_forward_hook
 # Negative: torch numbers its own handles from 0 up, so an id of ours is never one of its own, nor in the sets
@@ -16,10 +16,10 @@ _REGISTER = nn.Module.register_forward_hook
 _hook_ids = itertools.count(-1, -1)
 
 
-class ForwardHook(partial):
-    """The handle `HookSet.forward_hook` gives: `remove()` is `module._forward_hooks.pop(id, None)`, run by
-    partial's own call, so that neither making nor removing one runs Python code. Removing it twice does
-    nothing, as with torch's RemovableHandle."""
+class DictHandle(partial):
+    """The handle `HookSet.forward_hook` and `HookSet.grad_hook` give: `remove()` is `hooks.pop(id, None)` on the
+    module's `_forward_hooks` or the tensor's `_backward_hooks`, run by partial's own call, so that neither making
+    nor removing one runs Python code. Removing it twice does nothing, as with torch's RemovableHandle."""
     __slots__ = ()
     remove = partial.__call__
 
@@ -47,7 +47,25 @@ class HookSet(dict):
             return
         hooks = module._forward_hooks
         hook_id = next(_hook_ids)
-        self[key] = ForwardHook(hooks.pop, hook_id, None)   # first: an interrupt here leaves no hook behind
+        self[key] = DictHandle(hooks.pop, hook_id, None)   # first: an interrupt here leaves no hook behind
+        hooks[hook_id] = hook
+
+    def grad_hook(self, key: Hashable, tensor: Tensor, hook: Callable) -> None:
+        """`self[key] = tensor.register_hook(hook)` with the same effect on the backward pass: the hook goes last into
+        the tensor's `_backward_hooks`, as torch's own method puts it, the dict made and given to the tensor's
+        grad_fn as torch does on a first hook. Torch's way makes a RemovableHandle, as `forward_hook` says. A tensor
+        subclass or Parameter, and a tensor that does not require grad (torch's error), go to torch's way."""
+        grad_fn = tensor.grad_fn        # read first: a view edited in place gets its grad_fn anew (register_grad_hook)
+        if type(tensor) is not Tensor or not tensor.requires_grad:
+            self[key] = tensor.register_hook(hook)
+            return
+        hooks = tensor._backward_hooks
+        if hooks is None:
+            hooks = tensor._backward_hooks = OrderedDict()
+            if grad_fn is not None:
+                grad_fn._register_hook_dict(tensor)
+        hook_id = next(_hook_ids)
+        self[key] = DictHandle(hooks.pop, hook_id, None)   # first: an interrupt here leaves no hook behind
         hooks[hook_id] = hook
 
     def replace(self, key: Hashable, register: Callable) -> None:
