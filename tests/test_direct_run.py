@@ -178,6 +178,7 @@ def outcome(text: str, direct: bool, capfd, model=MODEL, ids=IDS, **options) -> 
     return {
         "error": error and (type(error).__name__, str(error), getattr(error, "__notes__", [])),
         "saved": result and result.saved, "shapes": result and result.shapes,
+        "grad pairs": result and result.grad_pairs,
         "runs": graph and [tuple(run) for run in graph.runs], "failed": graph and graph.failed,
         "names": {name: value for name, value in namespace.items() if name != "__builtins__"},
         "unsaved": dict(unsaved_names(namespace)), "printed": (printed.out, printed.err),
