@@ -208,6 +208,12 @@ def test_under_no_grad_too(capfd):
     assert found["saved"]["logits"].grad_fn is None
 
 
+@pytest.mark.parametrize("cell", ["a gradient", "a backward pass after the forward"])
+def test_a_gradient_cell_under_no_grad_fails_the_same_way(cell, capfd):
+    found = assert_same_both_ways(DIRECT_CELLS[cell], capfd, no_grad=True)
+    assert found["error"][0] == "GradError" and "--no-grad" in found["error"][1]
+
+
 def test_a_module_called_twice(capfd):
     shared = nn.Linear(4, 4)
     model = nn.Sequential(shared, nn.ReLU(), shared)
