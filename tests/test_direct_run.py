@@ -95,6 +95,8 @@ DIRECT_CELLS = {
                                                   "with model.output.logits.sum().backward():\n"
                                                   "    model.output.logits[:] = h.grad.sum()\n"
                                                   "o = model.output.logits.save()"),
+    "the model's output edited, then read": ("model.output.logits[:, 0] = 0\nx = model.output.logits.save()\n"
+                                             "h = model.transformer.h[2].output.save()"),
     "a leaf's grad outside any pass": "x = model.transformer.wte.weight.grad",
     "a gradient edited by a line after the pass": ("h = model.transformer.h[1].output\n"
                                                    "loss = model.output.logits.sum()\n"
@@ -212,6 +214,55 @@ def test_under_no_grad_too(capfd):
 def test_a_gradient_cell_under_no_grad_fails_the_same_way(cell, capfd):
     found = assert_same_both_ways(DIRECT_CELLS[cell], capfd, no_grad=True)
     assert found["error"][0] == "GradError" and "--no-grad" in found["error"][1]
+
+
+def _same_both_ways_with_hooks_of_the_users(text: str, capfd, model, ids) -> dict:
+    """`assert_same_both_ways` for a model that carries hooks of the user's: those stay, and nothing else."""
+    users = hook_count(model)
+    general = outcome(text, False, capfd, model=model, ids=ids)
+    direct = outcome(text, True, capfd, model=model, ids=ids)
+    for part in general:
+        assert _same(direct[part], general[part]), f"{part}:\n direct  {direct[part]}\n general {general[part]}"
+    assert direct["hooks"] == users and not direct["error"], direct["error"]
+    return direct
+
+
+def test_the_models_own_output_is_read_from_what_its_call_returns(capfd):
+    """A direct run answers `model.output` from what the model's call returns, with no hook on the model (the hook,
+    last of the model's, would see the same value): a hook of the user's on the model that replaces the output is
+    seen by the cell, both ways, and the model carries no forward hook of nbgrad's while it runs."""
+    model = tiny_gpt2(n_layer=2, seed=5)
+    plain = model(IDS).logits
+    during = []
+    inside = model.transformer.h[0].register_forward_hook(lambda m, a, o: during.append(len(model._forward_hooks)))
+    doubled = model.register_forward_hook(lambda m, a, o: type(o)(logits=o.logits * 2))
+    try:
+        found = _same_both_ways_with_hooks_of_the_users(
+            "x = model.output.logits.save()\nwith model.output.logits.sum().backward():\n"
+            "    g = model.transformer.h[1].output.grad.save()", capfd, model, IDS)
+    finally:
+        inside.remove()
+        doubled.remove()
+    assert torch.allclose(found["saved"]["x"], 2 * plain) and found["saved"]["g"] is not None
+    assert during == [2, 1]           # the general runtime's hook on the model beside the user's, then the user's alone
+
+
+def test_a_model_with_a_backward_hook_of_its_own_keeps_a_hook_on_its_output(capfd):
+    """A full backward hook on the model wraps its output after the forward hooks, so what the call returns is not
+    what a forward hook sees: the direct run then hooks the model's output as the runtime does."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 2))
+    during = []
+    inside = model[0].register_forward_hook(lambda m, a, o: during.append(len(model._forward_hooks)))
+    backward = model.register_full_backward_hook(lambda m, grad_in, grad_out: None)
+    try:
+        found = _same_both_ways_with_hooks_of_the_users(
+            "with (model.output ** 2).sum().backward():\n    g = model[0].output.grad.save()", capfd, model,
+            torch.randn(3, 4))
+    finally:
+        inside.remove()
+        backward.remove()
+    assert found["saved"]["g"].shape == (3, 4) and during == [1, 1]
 
 
 def test_a_module_called_twice(capfd):

@@ -58,6 +58,7 @@ class DirectRun(DirectEvents, CellState):
     late_hooks = tuple_reads = other_reads = last_replacement = None
     logged = None                    # a quiet cell's events, key -> value in the order they came, until replayed
     held = None                      # use id -> what its `PATH[i]` reads find modules in (elements.py), or False
+    returned = None                  # the key of the model's own output, when answered from what its call returns
 
     def __init__(self, program, namespace: dict, model, no_grad: bool = False):
         self.program, self.ns, self.model, self.no_grad = program, namespace, model, no_grad
@@ -115,7 +116,9 @@ class DirectRun(DirectEvents, CellState):
         self.model_running, self.phase = True, FORWARD
         try:
             try:
-                self.model(*call_args, **call_kwargs)
+                output = self.model(*call_args, **call_kwargs)
+                if self.returned is not None:
+                    (self._log_event if self.program.quiet else self._on_output)(self.returned, None, None, output)
             except Exception:
                 if self.logged:      # what a quiet cell's statements did inside the hooks before the model failed
                     self._replay()

@@ -5,14 +5,19 @@ from __future__ import annotations
 from functools import partial
 
 from torch import Tensor
+from torch.nn.modules import module as torch_module
 
 from ...errors import OrderError, diagnose, hints
 from ..compile.program import Read, Write
 from .forward import HOOKABLE, PATH_ERRORS
+from .hookset import DictHandle
 from . import elements
 from .moduletree import compiled_inner
 from .skips import skipped_around
 from .targets import target_elements
+
+
+RETURNED = DictHandle({}.pop, None, None)      # the handle of an event answered without a hook: nothing to remove
 
 
 def node_index(pair) -> int:
@@ -163,6 +168,15 @@ class DirectEvents:
         return False, None
 
     def _hook(self, module, key) -> None:
+        if module is self.model and not (module._backward_hooks or module._backward_pre_hooks
+                                         or torch_module._global_backward_hooks
+                                         or torch_module._global_backward_pre_hooks):
+            # The model's own output: answered from what its call returns (direct._forward), as a hook of ours,
+            # which goes last, would see it; nothing of the model runs after that hook but the return. Not with
+            # a backward hook on the model, whose wrapping of the output comes after the forward hooks.
+            self.hooks[key] = RETURNED
+            self.returned = key
+            return
         on_event = self._log_event if self.program.quiet else self._on_output
         self.hooks.forward_hook(key, module, partial(on_event, key))
 
