@@ -6,6 +6,7 @@ directly is checked too, so that a cell that needs the runtime's parts never run
 import contextlib
 import io
 import types
+import weakref
 
 import pytest
 import torch
@@ -17,6 +18,8 @@ from nbgrad import api
 from nbgrad.engine.compile.compiler import compile_cell
 from nbgrad.engine.run.cellstate import _unsaved, unsaved_names
 from nbgrad.engine.run.direct import DirectRun
+from nbgrad.engine.run.gradients import GradientEvents
+from nbgrad.engine.run.runtime import Runtime
 from helpers import hook_count, tiny_gpt2
 from test_fuzz_cells import FUZZ, cells, source
 
@@ -263,6 +266,26 @@ def test_a_model_with_a_backward_hook_of_its_own_keeps_a_hook_on_its_output(capf
         inside.remove()
         backward.remove()
     assert found["saved"]["g"].shape == (3, 4) and during == [1, 1]
+
+
+@pytest.mark.parametrize("direct", [False, True], ids=["general runtime", "direct run"])
+def test_a_gradient_the_cell_took_the_place_of_lives_until_the_result_is_made(direct, monkeypatch):
+    """Result.grad_pairs finds saved gradients by id. A gradient that an edit of the cell replaced with its copy must
+    outlive the pairing, or a tensor made later (a saved copy of another gradient) may take its id and pass for it:
+    a fuzzed cell once had a copy of one block's gradient paired with another block's output."""
+    came, alive = [], []
+    on_grad = GradientEvents._on_grad
+    monkeypatch.setattr(GradientEvents, "_on_grad", lambda self, tensor_id, grad: (
+        came.append(weakref.ref(grad)), on_grad(self, tensor_id, grad))[1])
+    for kind in (DirectRun, Runtime):
+        monkeypatch.setattr(kind, "_result", lambda self, result=kind._result: (
+            alive.append([ref() is not None for ref in came]), result(self))[1])
+    monkeypatch.setattr(api, "DIRECT_RUN", direct)
+    cell = ("a = model.transformer.h[2].output\nb = model.transformer.h[0].output\n"
+            "with model.lm_head.output.sum().backward():\n    a.grad[:, 0] = 0\n    gb = b.grad.clone().save()")
+    result = nbgrad.trace(MODEL, IDS, cell, {"model": MODEL})
+    MODEL.zero_grad(set_to_none=True)
+    assert alive == [[True, True]] and result.grad_pairs == {}
 
 
 def test_a_module_called_twice(capfd):

@@ -162,7 +162,7 @@ class DirectRun(DirectEvents, CellState):
         self.values.clear()
         gradients = self.gradients
         if gradients is not None:        # no cycle left (run <-> its GradientEvents): both go by reference counting
-            for store in (gradients.grads, gradients.sources, gradients.hooked):
+            for store in (gradients.grads, gradients.sources, gradients.hooked, gradients.taken_over):
                 store.clear()
             gradients.runtime = gradients.scheduler = None
         self._exited = True

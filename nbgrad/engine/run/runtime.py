@@ -209,7 +209,7 @@ class Runtime:
         for store in (self.forward.values, self.forward.sinks, self.forward.early_sinks, self.recorders):
             store.clear()
         if gradients is not None:
-            for store in (gradients.grads, gradients.sources, gradients.hooked):
+            for store in (gradients.grads, gradients.sources, gradients.hooked, gradients.taken_over):
                 store.clear()
             gradients.runtime = gradients.scheduler = None
         if self.rows is not None:
