@@ -1,10 +1,14 @@
-"""`PATH[i].output` in a loop (Read.at, run/elements.py): a direct run finds `PATH[i]` from the ModuleList it holds
-instead of evaluating the expression at every event, and gives what evaluating it gives: the same modules, the
-ModuleList's own error for an index out of range, and the new block once the cell replaces one."""
+"""`PATH[i].output` in a loop and `PATH[-1].output` (Read.at, run/elements.py): a direct run finds `PATH[i]` in the
+model's `_modules`, or from the ModuleList it holds, instead of evaluating the expression at every event, and gives
+what evaluating it gives: the same modules, the ModuleList's own error for an index out of range, the new block once
+the cell replaces one, and what a property or a class's own `__getattr__` on the path names."""
+import pytest
 import torch
 from torch import nn
 
 import nbgrad
+from nbgrad import api
+from nbgrad.errors import OrderError
 from nbgrad.engine.compile.compiler import compile_cell
 from helpers import hook_count, hooked, tiny_gpt2
 from test_direct_run import assert_same_both_ways
@@ -40,7 +44,8 @@ def test_a_loop_evaluates_the_path_once_per_run_not_once_per_block():
         assert all(torch.equal(namespace["outs"][i], outputs[f"transformer.h.{i}"]) for i in range(n_layer))
         asked.append(model.asked)
     assert asked[0] == asked[1]
-    assert compile_cell(LOOP).containers and not compile_cell("x = model.transformer.h[-1].output").containers
+    assert compile_cell(LOOP).containers and compile_cell("x = model.transformer.h[-1].output").containers
+    assert not compile_cell("x = model.transformer.h[len(model.transformer.h) - 1].output").containers
 
 
 def test_a_loop_finds_each_block_anew_once_the_cell_replaces_one():
@@ -73,3 +78,93 @@ def test_an_index_out_of_range_is_the_module_lists_own_error(capfd):
     assert found["error"][:2] == ("ModulePathError",
                                   "line 1: model.transformer.h[i].output: IndexError: index 3 is out of range")
     assert found["hooks"] == 0
+
+
+class _TwoModels(nn.Module):
+    """A root that runs one model and registers its `transformer` (torch's `add_module` refuses a name the class
+    has), while its class names another model's by that name: evaluating `model.transformer` is not looking it
+    up in `_modules`."""
+
+    def __init__(self, model, other):
+        super().__init__()
+        self.inner, self.other = model, other
+        self._modules["transformer"] = model.transformer
+
+    def forward(self, ids):
+        return self.inner(ids)
+
+
+class Renamed(_TwoModels):
+    """By a property."""
+
+    @property
+    def transformer(self):
+        return self.other.transformer
+
+
+class Redirected(_TwoModels):
+    """By a `__getattr__` of its own."""
+
+    def __getattr__(self, name):
+        if name == "transformer":
+            return self.other.transformer
+        return super().__getattr__(name)
+
+
+def test_one_block_read_by_a_constant_index_is_the_one_the_expression_names():
+    model = tiny_gpt2(n_layer=3, seed=5)
+    expected = hooked(model, IDS, ["transformer.h.2", "transformer.h.0"])[0]
+    for source, name in (("x = model.transformer.h[-1].output.save()", "transformer.h.2"),
+                         ("x = model.transformer.h[0].output.save()", "transformer.h.0")):
+        namespace = {"model": model}
+        nbgrad.trace(model, IDS, source, namespace)
+        assert torch.equal(namespace["x"], expected[name]) and hook_count(model) == 0
+
+
+def test_a_constant_index_follows_the_model_between_runs():
+    """Nothing is kept from one run to the next: a block deleted or replaced between two cells is seen."""
+    model = tiny_gpt2(n_layer=3, seed=6)
+    namespace = {"model": model}
+    source = "x = model.transformer.h[-1].output.save()"
+    nbgrad.trace(model, IDS, source, namespace)
+    first = namespace["x"]
+    del model.transformer.h[2]
+    nbgrad.trace(model, IDS, source, namespace)
+    assert torch.equal(namespace["x"], hooked(model, IDS, ["transformer.h.1"])[0]["transformer.h.1"])
+    assert not torch.equal(namespace["x"], first)
+    model.transformer.h[1] = tiny_gpt2(n_layer=1, seed=7).transformer.h[0]
+    nbgrad.trace(model, IDS, source, namespace)
+    assert torch.equal(namespace["x"], hooked(model, IDS, ["transformer.h.1"])[0]["transformer.h.1"])
+
+
+def test_a_property_on_the_path_is_what_the_cell_reads(monkeypatch):
+    """`model.transformer` is a property naming another model's blocks, which the model never runs: the read
+    never comes, as when the expression is evaluated, both ways."""
+    for kind in (Renamed, Redirected):
+        _never_ran_both_ways(kind(tiny_gpt2(n_layer=2, seed=8), tiny_gpt2(n_layer=2, seed=9)), monkeypatch)
+
+
+def _never_ran_both_ways(model, monkeypatch):
+    for source in ("x = model.transformer.h[-1].output.save()",
+                   "x = [model.transformer.h[i].output.save() for i in range(2)]"):
+        for direct in (True, False):
+            monkeypatch.setattr(api, "DIRECT_RUN", direct)
+            with pytest.raises(OrderError, match="never ran"):
+                nbgrad.trace(model, IDS, source, {"model": model})
+            assert hook_count(model) == 0
+
+
+def test_an_index_written_as_a_constant_out_of_range_is_the_module_lists_own_error(capfd):
+    found = assert_same_both_ways("x = model.transformer.h[7].output.save()", capfd)
+    assert found["error"][:2] == ("ModulePathError", "line 1: model.transformer.h[7] is not in the model: "
+                                                     "model.transformer.h has 3 blocks, indices 0–2 (or -3–-1)")
+
+
+def test_which_classes_are_looked_up_as_modules_are():
+    from nbgrad.engine.run.elements import plain_attribute
+    model = tiny_gpt2(n_layer=1)
+    assert plain_attribute(type(model), "transformer") and plain_attribute(type(model.transformer), "h")
+    assert not plain_attribute(Renamed, "transformer") and plain_attribute(Renamed, "inner")
+    assert not plain_attribute(Redirected, "inner")
+    assert not plain_attribute(Counting, "transformer") and not plain_attribute(dict, "h")
+    assert not plain_attribute(type(model), "forward")       # a method of the class, not a submodule

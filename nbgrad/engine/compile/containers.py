@@ -9,11 +9,11 @@ from .cellast import EVENT_ATTRS, const
 
 
 def element_index(builder, use: int, target: ast.expr) -> ast.expr:
-    """The name `i` of a read `PATH[i].output` at the cell's level, with PATH a chain of attributes of a name that
-    is the namespace's wherever the cell reads it (no statement binds it, no function takes it), recorded in
-    `builder.containers`; else `None`. Only a name: a loop reads through it many times, while `PATH[-1]` is read
-    once, and holding PATH costs more than evaluating it once. Reading the name again is harmless."""
-    if builder.function is not None or not isinstance(target, ast.Subscript) or not isinstance(target.slice, ast.Name):
+    """The index `i` of a read `PATH[i].output` at the cell's level, a name (a loop's) or an integer (`PATH[-1]`),
+    with PATH a chain of attributes of a name that is the namespace's wherever the cell reads it (no statement
+    binds it, no function takes it), recorded in `builder.containers`; else `None`. Reading the name again is
+    harmless."""
+    if builder.function is not None or not isinstance(target, ast.Subscript) or not _is_index(target.slice):
         return const(None)
     attributes, root = [], target.value
     while isinstance(root, ast.Attribute) and root.attr not in EVENT_ATTRS and root.attr != "source":
@@ -23,6 +23,13 @@ def element_index(builder, use: int, target: ast.expr) -> ast.expr:
         return const(None)
     builder.containers[use] = (root.id, tuple(reversed(attributes)), builder._eval_code(copy.deepcopy(target.value)))
     return copy.deepcopy(target.slice)
+
+
+def _is_index(node: ast.expr) -> bool:
+    """A name, or an integer written as a constant (`3`, `-1`)."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        node = node.operand
+    return isinstance(node, ast.Name) or isinstance(node, ast.Constant) and type(node.value) is int
 
 
 def argument_names(statements) -> set:

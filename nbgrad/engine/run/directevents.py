@@ -12,6 +12,7 @@ from ..compile.program import Read, Write
 from .forward import HOOKABLE, PATH_ERRORS
 from .hookset import DictHandle
 from . import elements
+from .elements import find
 from .moduletree import compiled_inner
 from .skips import skipped_around
 from .targets import target_elements
@@ -94,15 +95,17 @@ class DirectEvents:
         module = task.module
         if module is None:
             at = request.at
-            if type(at) is int:           # `PATH[i]` in a loop: found by `i` while the run holds PATH (elements.py)
-                module = self._element(request.use, at)
+            if type(at) is int:           # `PATH[i]`, `PATH[-1]`: found in the model's `_modules` (elements.py)
+                module = find(self.ns, self.program.containers[request.use], at)
+                if module is None:
+                    module = self._element(request.use, at)
             if module is None:
                 try:
                     module = request.module()
                 except PATH_ERRORS as error:
                     raise self._path_error(error, request.use)
-                if type(module).__name__ == "OptimizedModule":
-                    module = compiled_inner(module) or module
+            if type(module).__name__ == "OptimizedModule":      # a block compiled with torch.compile
+                module = compiled_inner(module) or module
         else:
             task.module = None
         if not isinstance(module, HOOKABLE):

@@ -1,16 +1,62 @@
-"""`PATH[i]` found by `i` alone (compile/program.py, Read.at): a run holds the ModuleList that PATH names, so that
-a loop's `model.transformer.h[i].output` does not evaluate `model.transformer.h[i]` at every event. That is
-torch's Python code (two `Module.__getattr__` and `ModuleList.__getitem__`), run cold between two operations of
-the forward: about as much as the rest of what nbgrad does at the event (bench/overhead.py, (b) against (b')).
+"""`PATH[i]` found by `i` alone (compile/program.py, Read.at): a run does not evaluate `model.transformer.h[i]` at
+every event of a loop, nor `model.transformer.h[-1]` for the one read of the common cell. That is torch's Python
+code (two `Module.__getattr__`, `ModuleList.__getitem__` and what it calls), run cold between two operations of
+the forward or before it: about as much as the rest of what nbgrad does at the event (bench/overhead.py, (b)
+against (b')).
 
-What is held stays right while the name is bound to the same object and no module anywhere is registered or
-replaced (torch's registration hooks bump `moduletree._structure_version`); the element is then read from the
-ModuleList's own `_modules` by the key `ModuleList.__getitem__` would use. Anything else is left to the thunk."""
+`find`: where no class on the path has an attribute of the path's names, nor a `__getattr__` or `__getattribute__`
+of its own, evaluating the path is looking each name up in `_modules` as `Module.__getattr__` does, and indexing the
+ModuleList is reading its `_modules` by the key `ModuleList.__getitem__` would use: done so at every event, it sees
+every change the cell makes to the model, and needs nothing held.
+
+`hold` and `element`, for a path through a class of its own ways: a run holds the ModuleList that PATH names once
+the expression, evaluated once, names it; what is held stays right while the name is bound to the same object and
+no module anywhere is registered or replaced (torch's registration hooks bump `moduletree._structure_version`).
+Anything else is left to the thunk."""
 from __future__ import annotations
 
 from torch import nn
 
 from . import moduletree
+
+_GETATTR, _GETATTRIBUTE = nn.Module.__getattr__, nn.Module.__getattribute__
+_PLAIN_KEPT = 512
+_plain: dict = {}           # (class, attribute name) -> whether its instances look the name up as Module.__getattr__ does
+
+
+def find(namespace: dict, spec: tuple, at: int):
+    """`PATH[at]` of `Program.containers[use]`, looked up in `_modules` as evaluating it does, when every class on
+    the path is plain (`plain_attribute`) and PATH is a ModuleList; else None (hold it, or evaluate it)."""
+    node = namespace.get(spec[0])
+    for attribute in spec[1]:
+        plain = _plain.get((type(node), attribute))
+        if plain is None:
+            plain = plain_attribute(type(node), attribute)
+        if not plain:
+            return None
+        attributes = node.__dict__
+        node = attributes["_modules"].get(attribute)
+        if node is None or attribute in attributes:
+            return None
+    if type(node) is not nn.ModuleList:           # a subclass may index its own way
+        return None
+    modules = node._modules
+    size = len(modules)
+    if not -size <= at < size:
+        return None                               # the expression raises the IndexError, with its message
+    return modules.get(str(at + size if at < 0 else at))
+
+
+def plain_attribute(cls: type, attribute: str) -> bool:
+    """Whether `obj.attribute`, for an instance of `cls` without that key in its `__dict__`, is Module.__getattr__'s
+    lookup: a Module class that looks names up no way of its own, none of whose classes has an attribute of that
+    name (a property, a method). Kept per class, for a run to ask at every event."""
+    plain = (issubclass(cls, nn.Module) and cls.__getattr__ is _GETATTR and cls.__getattribute__ is _GETATTRIBUTE
+             and not any(attribute in vars(base) for base in cls.__mro__))
+    if len(_plain) >= _PLAIN_KEPT:                # classes made again and again (a cell that defines one)
+        _plain.clear()
+    _plain[(cls, attribute)] = plain
+    return plain
 
 
 def hold(namespace: dict, spec: tuple):
