@@ -18,6 +18,7 @@ from .errors.naming import tensor_names
 from .models.batching import batch_invokes
 from .models.cell import default_namespace, invoke_inputs, model_to_trace
 from .models.inputs import call_arguments, input_ids_of
+from .models.loading import remember
 
 _MISSING = object()
 
@@ -55,21 +56,29 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
         return Result(saved={}, graph=program.graph)
     if namespace is None:
         namespace = default_namespace(namespace, model)
-    # A tensor INPUT needs no tokenizer: only text does (an INPUT, or an invoke's)
-    model, tokenizer = model_to_trace(model, tokenizer, wanted=bool(program.invokes) or type(input) is not torch.Tensor)
-    if program.invokes:
-        values = invoke_inputs(program, input, namespace)
-        args, kwargs, spans = batch_invokes(values, program.invokes, model, tokenizer)
-        rows = InvokeRows(spans, spans[-1][1])
+    if type(input) is torch.Tensor and not program.invokes and type(model).__name__ != "OptimizedModule":
+        remember(model)          # ids on an eager model: all that model_to_trace does, and no tokenizer needed
+        (args, kwargs), values, rows = call_arguments(input, model, tokenizer), [], None
     else:
-        values, rows = [], None
-        args, kwargs = call_arguments(input, model, tokenizer)
+        model, args, kwargs, values, rows = _prepared(program, model, input, tokenizer, namespace)
     run = DirectRun(program, namespace, model, no_grad) if program.direct and DIRECT_RUN else \
         Runtime(program, namespace, model=model, no_grad=no_grad, rows=rows)
     result = run.run_trace(args, kwargs)
     result.input_ids = input_ids_of(args, kwargs)
     result.invokes = values
     return result
+
+
+def _prepared(program, model, input, tokenizer, namespace: dict) -> tuple:
+    """(model to hook, args, kwargs, invoke INPUTs, InvokeRows or None) for a cell on text, a compiled model or
+    invokes (`trace` does ids on an eager model itself)."""
+    # A tensor INPUT needs no tokenizer: only text does (an INPUT, or an invoke's)
+    model, tokenizer = model_to_trace(model, tokenizer, wanted=bool(program.invokes) or type(input) is not torch.Tensor)
+    if not program.invokes:
+        return (model, *call_arguments(input, model, tokenizer), [], None)
+    values = invoke_inputs(program, input, namespace)
+    args, kwargs, spans = batch_invokes(values, program.invokes, model, tokenizer)
+    return model, args, kwargs, values, InvokeRows(spans, spans[-1][1])
 
 
 def backward(loss: torch.Tensor, source: str = "", namespace: dict | None = None, *, grad_output=None,

@@ -203,10 +203,12 @@ with loss.backward():
 
 def count_hooks(monkeypatch):
     """The modules nbgrad hooks in a run, counted at the one place of each kind of run that registers forward
-    hooks (the runtime's ForwardEvents, a direct run)."""
+    hooks (the runtime's ForwardEvents, HookSet.forward_hook for a direct run), and those a direct run answers
+    from what the model's call returns (DirectRun._hook)."""
     from nbgrad.engine.run.direct import DirectRun
     from nbgrad.engine.run.forward import ForwardEvents
-    hooked, original, original_direct = [], ForwardEvents.hook, DirectRun._hook
+    from nbgrad.engine.run.hookset import HookSet
+    hooked, original, original_set, original_direct = [], ForwardEvents.hook, HookSet.forward_hook, DirectRun._hook
 
     def hook(self, module, kind, **options):
         new = original(self, module, kind, **options)
@@ -214,10 +216,16 @@ def count_hooks(monkeypatch):
             hooked.append(module)
         return new
 
-    def direct_hook(self, module, key):
+    def set_hook(self, key, module, hook, prepend=False):
         hooked.append(module)
+        return original_set(self, key, module, hook, prepend)
+
+    def direct_hook(self, module, key):
+        if module is self.model:
+            hooked.append(module)
         return original_direct(self, module, key)
     monkeypatch.setattr(ForwardEvents, "hook", hook)
+    monkeypatch.setattr(HookSet, "forward_hook", set_hook)
     monkeypatch.setattr(DirectRun, "_hook", direct_hook)
     return hooked
 

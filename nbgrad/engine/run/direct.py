@@ -91,7 +91,18 @@ class DirectRun(DirectEvents, CellState):
         __tracebackhide__ = True
         try:
             try:
-                self._enter()
+                # Entering the run, written out here (a call less, cold): claim the model, snapshot what `_exit`
+                # gives back, and only then put the run in the thread's list and the namespace
+                model, ns = self.model, self.ns
+                if _tracing.setdefault(id(model), me := get_ident()) != me:      # claims.claim, written out
+                    claim(model)
+                runtimes = _local.runtimes
+                CellState.__init__(self, self.program, ns, model, runtimes)
+                self.thread_runtimes = runtimes      # set once the snapshot is whole: `_exit` gives it back then
+                runtimes.append(self)
+                ns[RUNTIME_NAME] = self
+                if "__builtins__" not in ns:
+                    ns["__builtins__"] = __builtins__
                 if self.no_grad and self.grad_mode:     # given back by _exit (restore_grad_state)
                     set_grad_enabled(False)
                 self._forward(call_args, call_kwargs)
@@ -131,18 +142,6 @@ class DirectRun(DirectEvents, CellState):
         self.model_running, self.done, self.phase = False, True, AFTER_FORWARD
         if self.unstarted:
             self._start_ready()
-
-    def _enter(self) -> None:
-        model = self.model
-        if _tracing.setdefault(id(model), me := get_ident()) != me:      # claims.claim, written out
-            claim(model)
-        runtimes = _local.runtimes
-        CellState.__init__(self, self.program, self.ns, model, runtimes)
-        self.thread_runtimes = runtimes      # set once the snapshot is whole: `_exit` gives it back then
-        runtimes.append(self)
-        self.ns[RUNTIME_NAME] = self
-        if "__builtins__" not in self.ns:
-            self.ns["__builtins__"] = __builtins__
 
     def _exit(self) -> None:
         """Give everything back: hooks first (nothing of ours may fire again), then the rest."""

@@ -161,7 +161,11 @@ class DirectEvents:
             use = self.uses[request.use]
             raise OrderError(diagnose.never_ran(use, module, self.model, after_forward=True), use.line)
         if key not in self.hooks:
-            self._hook(module, key)
+            if module is self.model:
+                self._hook(module, key)
+            else:                         # _hook, written out for the common wait (one call less, cold)
+                self.hooks.forward_hook(key, module, partial(self._log_event if self.program.quiet
+                                                             else self._on_output, key))
             if self.model_running:
                 self.late_hooks = self.late_hooks or set()
                 self.late_hooks.add(key)
