@@ -34,23 +34,38 @@ class Counting(nn.Module):
         return self.transformer(ids)
 
 
-def test_a_loop_evaluates_the_path_once_per_run_not_once_per_block():
+def test_a_loop_indexes_no_module_list_and_asks_a_class_of_its_own_ways_at_every_block(monkeypatch):
+    """On a model of torch's ways, the loop's `model.transformer.h[i]` costs no `ModuleList.__getitem__` beyond the
+    model's own; a root with a `__getattr__` of its own is asked for `transformer` at every block, as the
+    expression asks it."""
+    indexed = []
+    original = nn.ModuleList.__getitem__
+    monkeypatch.setattr(nn.ModuleList, "__getitem__", lambda self, idx: indexed.append(idx) or original(self, idx))
     asked = []
     for n_layer in (2, 6):
-        model = Counting(tiny_gpt2(n_layer=n_layer, seed=1))
+        model = tiny_gpt2(n_layer=n_layer, seed=1)
+        indexed.clear()
+        model(IDS)
+        own = len(indexed)
         namespace = {"model": model}
+        indexed.clear()
         nbgrad.trace(model, IDS, LOOP, namespace)
+        assert len(indexed) == own
         outputs = hooked(model, IDS, [f"transformer.h.{i}" for i in range(n_layer)])[0]
         assert all(torch.equal(namespace["outs"][i], outputs[f"transformer.h.{i}"]) for i in range(n_layer))
-        asked.append(model.asked)
-    assert asked[0] == asked[1]
+        counting = Counting(model)
+        namespace = {"model": counting}
+        nbgrad.trace(counting, IDS, LOOP, namespace)
+        assert all(torch.equal(namespace["outs"][i], outputs[f"transformer.h.{i}"]) for i in range(n_layer))
+        asked.append(counting.asked)
+    assert asked[1] - asked[0] >= 4
     assert compile_cell(LOOP).containers and compile_cell("x = model.transformer.h[-1].output").containers
     assert not compile_cell("x = model.transformer.h[len(model.transformer.h) - 1].output").containers
 
 
 def test_a_loop_finds_each_block_anew_once_the_cell_replaces_one():
-    """Held until a module is registered anywhere: here the loop swaps block 2 for another before reading it,
-    and reads the new one."""
+    """Looked up at every event: here the loop swaps block 2 for another before reading it, and reads the new
+    one."""
     model = tiny_gpt2(n_layer=3, seed=3)
     spare = tiny_gpt2(n_layer=1, seed=4).transformer.h[0]
 

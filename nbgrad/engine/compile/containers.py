@@ -1,5 +1,5 @@
-"""Reads `PATH[i].output` in a loop that a run may answer from the ModuleList PATH names, without evaluating
-`PATH[i]` at every event (Program.containers, Read.at, run/elements.py)."""
+"""Reads `PATH[i].output` in a loop, and `PATH[-1].output`, that a run may answer from the ModuleList PATH names
+without evaluating `PATH[i]` (Program.containers, Read.at, run/elements.py)."""
 from __future__ import annotations
 
 import ast
@@ -21,7 +21,7 @@ def element_index(builder, use: int, target: ast.expr) -> ast.expr:
         root = root.value
     if not attributes or not isinstance(root, ast.Name) or root.id not in builder.globals_only:
         return const(None)
-    builder.containers[use] = (root.id, tuple(reversed(attributes)), builder._eval_code(copy.deepcopy(target.value)))
+    builder.containers[use] = (root.id, tuple(reversed(attributes)))
     return copy.deepcopy(target.slice)
 
 

@@ -4,7 +4,7 @@ A compiled statement is a generator. Where the cell touches an event it yields o
 runtime answers it (with the value read, or None) when the event exists:
 
     M.output            -> (yield __nbgrad__.Read(lambda: M, use, None))
-    PATH[i].output      -> (yield __nbgrad__.Read(lambda: PATH[i], use, i))     (see Read.at)
+    PATH[i].output      -> (yield __nbgrad__.Read(lambda: PATH[i], use, i))     (see Read.at; also PATH[-1])
     M.output = v        -> (yield __nbgrad__.Write(lambda: M, use, v))
     T.grad              -> (yield __nbgrad__.GradRead(T, use, pass_index))
     T.grad = g          -> (yield __nbgrad__.GradWrite(T, use, pass_index, g))
@@ -29,9 +29,9 @@ TEMP_PREFIX = "__nbgrad_"         # names the compiler invents; never left in th
 class Read(NamedTuple):
     module: Callable              # thunk: evaluated when the request is handled
     use: int
-    # `i` of `PATH[i].output` at the cell's level, PATH a module path (Program.containers), else None: a run that
-    # holds PATH's ModuleList finds the module without evaluating the thunk, which is Python code of torch's
-    # (two `__getattr__` and `ModuleList.__getitem__`) run cold inside the forward, at every event of a loop
+    # `i` of `PATH[i].output` or `PATH[-1].output` at the cell's level, PATH a module path (Program.containers), else
+    # None: a direct run finds the module in the model's `_modules` without evaluating the thunk, which is Python
+    # code of torch's (two `__getattr__` and `ModuleList.__getitem__`) run cold, at every event of a loop
     at: Any = None
 
 
@@ -117,8 +117,8 @@ class Program:
     called_names: frozenset = field(default_factory=frozenset)   # names the cell calls but does not bind
     helper_globals: frozenset = field(default_factory=frozenset)  # names its helpers from earlier cells read
     runtime_names: frozenset = field(default_factory=frozenset)   # what its statements ask of `__nbgrad__`
-    # use id -> (root name, attribute names, code) of PATH in `PATH[i].output`, a chain of attributes of a name the
-    # cell never binds (Read.at): what a run may hold to find `PATH[i]` by `i` alone (run/elements.py)
+    # use id -> (root name, attribute names) of PATH in `PATH[i].output`, a chain of attributes of a name the cell
+    # never binds (Read.at): where a run may find `PATH[i]` by `i` alone (run/elements.py)
     containers: dict = field(default_factory=dict)
     # The cell only binds, indexes and saves what it reads (keeping.keeps_only), and every module it reads is named
     # by a target that the run hooks before the model starts

@@ -57,7 +57,6 @@ class DirectRun(DirectEvents, CellState):
     # reads that returned a tuple or another non-tensor (as ForwardEvents')
     late_hooks = tuple_reads = other_reads = last_replacement = None
     logged = None                    # a quiet cell's events, key -> value in the order they came, until replayed
-    held = None                      # use id -> what its `PATH[i]` reads find modules in (elements.py), or False
     returned = None                  # the key of the model's own output, when answered from what its call returns
 
     def __init__(self, program, namespace: dict, model, no_grad: bool = False):

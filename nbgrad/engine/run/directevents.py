@@ -11,7 +11,6 @@ from ...errors import OrderError, diagnose, hints
 from ..compile.program import Read, Write
 from .forward import HOOKABLE, PATH_ERRORS
 from .hookset import DictHandle
-from . import elements
 from .elements import find
 from .moduletree import compiled_inner
 from .skips import skipped_around
@@ -97,8 +96,6 @@ class DirectEvents:
             at = request.at
             if type(at) is int:           # `PATH[i]`, `PATH[-1]`: found in the model's `_modules` (elements.py)
                 module = find(self.ns, self.program.containers[request.use], at)
-                if module is None:
-                    module = self._element(request.use, at)
             if module is None:
                 try:
                     module = request.module()
@@ -128,17 +125,6 @@ class DirectEvents:
         self.requested.add(request.use)
         self.parked.setdefault(key, []).append((task, request))
         return False, None
-
-    def _element(self, use_id: int, at: int):
-        """The module `PATH[at]` names, from the ModuleList this run holds for the use; None: evaluate the thunk."""
-        held = self.held
-        if held is None:
-            held = self.held = {}
-        found = held.get(use_id)
-        if found is None:
-            spec = self.program.containers.get(use_id)
-            found = held[use_id] = (spec is not None and elements.hold(self.ns, spec)) or False
-        return elements.element(found, self.ns, at) if found else None
 
     def _write(self, task, request):
         module = self._module(task, request)

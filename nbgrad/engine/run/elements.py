@@ -1,32 +1,26 @@
-"""`PATH[i]` found by `i` alone (compile/program.py, Read.at): a run does not evaluate `model.transformer.h[i]` at
-every event of a loop, nor `model.transformer.h[-1]` for the one read of the common cell. That is torch's Python
-code (two `Module.__getattr__`, `ModuleList.__getitem__` and what it calls), run cold between two operations of
-the forward or before it: about as much as the rest of what nbgrad does at the event (bench/overhead.py, (b)
-against (b')).
+"""`PATH[i]` found by `i` alone (compile/program.py, Read.at): a direct run does not evaluate
+`model.transformer.h[i]` at every event of a loop, nor `model.transformer.h[-1]` for the one read of the common
+cell. That is torch's Python code (two `Module.__getattr__`, `ModuleList.__getitem__` and what it calls), run cold
+between two operations of the forward or before it: about as much as the rest of what nbgrad does at the event
+(bench/overhead.py, (b) against (b')).
 
-`find`: where no class on the path has an attribute of the path's names, nor a `__getattr__` or `__getattribute__`
-of its own, evaluating the path is looking each name up in `_modules` as `Module.__getattr__` does, and indexing the
-ModuleList is reading its `_modules` by the key `ModuleList.__getitem__` would use: done so at every event, it sees
-every change the cell makes to the model, and needs nothing held.
-
-`hold` and `element`, for a path through a class of its own ways: a run holds the ModuleList that PATH names once
-the expression, evaluated once, names it; what is held stays right while the name is bound to the same object and
-no module anywhere is registered or replaced (torch's registration hooks bump `moduletree._structure_version`).
-Anything else is left to the thunk."""
+Where no class on the path has an attribute of the path's names, nor a `__getattr__` or `__getattribute__` of its
+own, evaluating the path is looking each name up in `_modules` as `Module.__getattr__` does, and indexing the
+ModuleList is reading its `_modules` by the key `ModuleList.__getitem__` would use. Done so at every event, it sees
+every change the cell makes to the model and holds nothing. A path through a class with ways of its own is
+evaluated as written."""
 from __future__ import annotations
 
 from torch import nn
 
-from . import moduletree
-
 _GETATTR, _GETATTRIBUTE = nn.Module.__getattr__, nn.Module.__getattribute__
 _PLAIN_KEPT = 512
-_plain: dict = {}           # (class, attribute name) -> whether its instances look the name up as Module.__getattr__ does
+_plain: dict = {}           # (class, attribute name) -> whether an instance looks it up as Module.__getattr__ does
 
 
 def find(namespace: dict, spec: tuple, at: int):
     """`PATH[at]` of `Program.containers[use]`, looked up in `_modules` as evaluating it does, when every class on
-    the path is plain (`plain_attribute`) and PATH is a ModuleList; else None (hold it, or evaluate it)."""
+    the path is plain (`plain_attribute`) and PATH is a ModuleList; else None (evaluate it)."""
     node = namespace.get(spec[0])
     for attribute in spec[1]:
         plain = _plain.get((type(node), attribute))
@@ -57,34 +51,3 @@ def plain_attribute(cls: type, attribute: str) -> bool:
         _plain.clear()
     _plain[(cls, attribute)] = plain
     return plain
-
-
-def hold(namespace: dict, spec: tuple):
-    """(root name, root object, structure version, ModuleList) for `Program.containers[use]`, when PATH names a
-    ModuleList through registered submodules only (no property or plain attribute on the way), else None."""
-    root_name, attributes, code = spec
-    container = root = namespace.get(root_name)
-    for attribute in attributes:
-        modules = container.__dict__.get("_modules") if isinstance(container, nn.Module) else None
-        container = modules.get(attribute) if modules is not None else None
-        if container is None:
-            return None
-    if type(container) is not nn.ModuleList:      # a subclass may index its own way
-        return None
-    try:
-        named = eval(code, namespace)             # what the cell's own expression names: the same, or nothing held
-    except Exception:
-        return None
-    return (root_name, root, moduletree._structure_version[0], container) if named is container else None
-
-
-def element(held: tuple, namespace: dict, at: int):
-    """`container[at]` as ModuleList indexes it, while `held` is still right; else None (evaluate the thunk)."""
-    root_name, root, version, container = held
-    if version != moduletree._structure_version[0] or namespace.get(root_name) is not root:
-        return None
-    modules = container._modules
-    size = len(modules)
-    if not -size <= at < size:
-        return None                               # the thunk raises the IndexError, with its message
-    return modules.get(str(at + size if at < 0 else at))
