@@ -195,6 +195,7 @@ class DirectEvents:
 
     def _hook_targets(self) -> None:
         """Hook, before the model runs, every event the cell may read in any order (ForwardEvents.hook_targets)."""
+        hooks, on_event = self.hooks, self._log_event if self.program.quiet else self._on_output
         for target in self.program.forward_targets:
             if target.uses and target.uses <= self.requested or target.needs and not target.needs <= self.finished:
                 continue
@@ -202,8 +203,12 @@ class DirectEvents:
             if not modules:
                 self.logged = None     # its reads are hooked when asked for, so answered inside the hooks
             for module in modules:
-                if isinstance(module, HOOKABLE) and (id(module), "output") not in self.hooks:
-                    self._hook(module, (id(module), "output"))
+                key = (id(module), "output")
+                if isinstance(module, HOOKABLE) and key not in hooks:
+                    if module is self.model:
+                        self._hook(module, key)
+                    else:              # _hook, written out: a call less for every block of a loop, cold
+                        hooks.forward_hook(key, module, partial(on_event, key))
 
     # --- what only a failure or a hint needs ----------------------------------------------------
 

@@ -17,7 +17,11 @@ def target_elements(target, namespace: dict) -> tuple | list:
     its own line), or when evaluating it would iterate an iterator of the user's (`it = iter(blocks)`), which
     the loop itself is to consume: that loop's reads are then answered in forward order only."""
     try:
-        found = eval(target.code if target.base is None else target.base, namespace)
+        text = target.text
+        if target.base is None and text in namespace and text.isidentifier():      # a name: no code to run
+            found = namespace[text]
+        else:
+            found = eval(target.code if target.base is None else target.base, namespace)
         if target.every_element and isinstance(found, Iterator):
             return ()
         if target.base is not None:
