@@ -183,3 +183,20 @@ def test_which_classes_are_looked_up_as_modules_are():
     assert not plain_attribute(Redirected, "inner")
     assert not plain_attribute(Counting, "transformer") and not plain_attribute(dict, "h")
     assert not plain_attribute(type(model), "forward")       # a method of the class, not a submodule
+
+
+def test_what_a_run_keeps_of_a_loops_blocks_is_given_up_once_the_list_changes():
+    """A loop's blocks, kept by index for the run (elements.hold), answer only while PATH still has them all:
+    deleting or inserting a block (which registers nothing, so bumps no version) or replacing one (which does)
+    sends the run back to the expression."""
+    from nbgrad.engine.run.elements import element, hold
+    spare = tiny_gpt2(n_layer=1, seed=10).transformer.h[0]
+    for change in ("del model.transformer.h[1]", "model.transformer.h.insert(0, spare)",
+                   "model.transformer.h[1] = spare", "model.transformer.h.append(spare)", "model = spare"):
+        model = tiny_gpt2(n_layer=3, seed=11)
+        namespace = {"model": model, "spare": spare}
+        held = hold(namespace, compile_cell(LOOP).containers[0])
+        assert [element(held, namespace, i) for i in (0, 1, 2, -1)] == [model.transformer.h[i] for i in (0, 1, 2, -1)]
+        assert element(held, namespace, 3) is None
+        exec(change, namespace)
+        assert all(element(held, namespace, i) is None for i in (0, 1)), change

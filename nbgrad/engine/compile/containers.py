@@ -21,7 +21,7 @@ def element_index(builder, use: int, target: ast.expr) -> ast.expr:
         root = root.value
     if not attributes or not isinstance(root, ast.Name) or root.id not in builder.globals_only:
         return const(None)
-    builder.containers[use] = (root.id, tuple(reversed(attributes)))
+    builder.containers[use] = (root.id, tuple(reversed(attributes)), isinstance(target.slice, ast.Name))
     return copy.deepcopy(target.slice)
 
 

@@ -117,8 +117,8 @@ class Program:
     called_names: frozenset = field(default_factory=frozenset)   # names the cell calls but does not bind
     helper_globals: frozenset = field(default_factory=frozenset)  # names its helpers from earlier cells read
     runtime_names: frozenset = field(default_factory=frozenset)   # what its statements ask of `__nbgrad__`
-    # use id -> (root name, attribute names) of PATH in `PATH[i].output`, a chain of attributes of a name the cell
-    # never binds (Read.at): where a run may find `PATH[i]` by `i` alone (run/elements.py)
+    # use id -> (root name, attribute names, whether `i` is a name) of PATH in `PATH[i].output`, a chain of attributes
+    # of a name the cell never binds (Read.at): where a run may find `PATH[i]` by `i` alone (run/elements.py)
     containers: dict = field(default_factory=dict)
     # The cell only binds, indexes and saves what it reads (keeping.keeps_only), and every module it reads is named
     # by a target that the run hooks before the model starts

@@ -58,6 +58,7 @@ class DirectRun(DirectEvents, CellState):
     late_hooks = tuple_reads = other_reads = last_replacement = None
     logged = None                    # a quiet cell's events, key -> value in the order they came, until replayed
     returned = None                  # the key of the model's own output, when answered from what its call returns
+    held = None                      # use id -> what its loop's `PATH[i]` reads find blocks in (elements.py), or False
 
     def __init__(self, program, namespace: dict, model, no_grad: bool = False):
         self.program, self.ns, self.model, self.no_grad = program, namespace, model, no_grad

@@ -11,7 +11,7 @@ from ...errors import OrderError, diagnose, hints
 from ..compile.program import Read, Write
 from .forward import HOOKABLE, PATH_ERRORS
 from .hookset import DictHandle
-from .elements import find
+from .elements import element, find, hold
 from .moduletree import compiled_inner
 from .skips import skipped_around
 from .targets import target_elements
@@ -94,8 +94,8 @@ class DirectEvents:
         module = task.module
         if module is None:
             at = request.at
-            if type(at) is int:           # `PATH[i]`, `PATH[-1]`: found in the model's `_modules` (elements.py)
-                module = find(self.ns, self.program.containers[request.use], at)
+            if type(at) is int:           # `PATH[i]` in a loop, `PATH[-1]`: found by `at` (elements.py)
+                module = self._element(request.use, at)
             if module is None:
                 try:
                     module = request.module()
@@ -125,6 +125,20 @@ class DirectEvents:
         self.requested.add(request.use)
         self.parked.setdefault(key, []).append((task, request))
         return False, None
+
+    def _element(self, use_id: int, at: int):
+        """The module `PATH[at]` names: looked up in the model for a constant index, from the run's copy of PATH's
+        blocks for a loop's (elements.py); None: evaluate the expression."""
+        held = self.held
+        if held is None:
+            held = self.held = {}
+        found = held.get(use_id)
+        if found is None:
+            spec = self.program.containers[use_id]
+            if not spec[2]:
+                return find(self.ns, spec, at)
+            found = held[use_id] = hold(self.ns, spec) or False
+        return element(found, self.ns, at) if found else None
 
     def _write(self, task, request):
         module = self._module(task, request)

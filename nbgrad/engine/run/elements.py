@@ -4,23 +4,33 @@ cell. That is torch's Python code (two `Module.__getattr__`, `ModuleList.__getit
 between two operations of the forward or before it: about as much as the rest of what nbgrad does at the event
 (bench/overhead.py, (b) against (b')).
 
-Where no class on the path has an attribute of the path's names, nor a `__getattr__` or `__getattribute__` of its
-own, evaluating the path is looking each name up in `_modules` as `Module.__getattr__` does, and indexing the
-ModuleList is reading its `_modules` by the key `ModuleList.__getitem__` would use. Done so at every event, it sees
-every change the cell makes to the model and holds nothing. A path through a class with ways of its own is
-evaluated as written."""
+`find`: where no class on the path has an attribute of the path's names, nor a `__getattr__` or `__getattribute__`
+of its own, evaluating the path is looking each name up in `_modules` as `Module.__getattr__` does, and indexing the
+ModuleList is reading its `_modules` by the key `ModuleList.__getitem__` would use. A path through a class with ways
+of its own is evaluated as written.
+
+`hold` and `element`, for a loop: inside the forward, even that lookup costs more than the rest of an event on a
+large model, whose every block leaves the model's own dicts, untouched since it was built, out of the machine's
+caches and address translation (bench/overhead.py on the GPT-2-small shape: +8 us a block). So a run looks PATH up
+once and keeps its blocks by index, and answers from them while no module anywhere is registered or replaced
+(torch's registration hooks bump `moduletree._structure_version`), the name is bound to the same object and PATH
+keeps as many blocks (deleting one renumbers the rest, and registers nothing). Anything else is left to the
+expression."""
 from __future__ import annotations
 
 from torch import nn
+
+from . import moduletree
 
 _GETATTR, _GETATTRIBUTE = nn.Module.__getattr__, nn.Module.__getattribute__
 _PLAIN_KEPT = 512
 _plain: dict = {}           # (class, attribute name) -> whether an instance looks it up as Module.__getattr__ does
 
 
-def find(namespace: dict, spec: tuple, at: int):
-    """`PATH[at]` of `Program.containers[use]`, looked up in `_modules` as evaluating it does, when every class on
-    the path is plain (`plain_attribute`) and PATH is a ModuleList; else None (evaluate it)."""
+def find(namespace: dict, spec: tuple, at: int | None = None):
+    """`PATH[at]` of `Program.containers[use]` (PATH itself for `at` None), looked up in `_modules` as evaluating it
+    does, when every class on the path is plain (`plain_attribute`) and PATH is a ModuleList; else None (evaluate
+    it)."""
     node = namespace.get(spec[0])
     for attribute in spec[1]:
         plain = _plain.get((type(node), attribute))
@@ -34,6 +44,8 @@ def find(namespace: dict, spec: tuple, at: int):
             return None
     if type(node) is not nn.ModuleList:           # a subclass may index its own way
         return None
+    if at is None:
+        return node
     modules = node._modules
     size = len(modules)
     if not -size <= at < size:
@@ -51,3 +63,26 @@ def plain_attribute(cls: type, attribute: str) -> bool:
         _plain.clear()
     _plain[(cls, attribute)] = plain
     return plain
+
+
+def hold(namespace: dict, spec: tuple):
+    """(root name, root, structure version, PATH's `_modules`, its blocks by index) for a loop's
+    `Program.containers[use]`, when `find` finds PATH; else None."""
+    container = find(namespace, spec)
+    if container is None:
+        return None
+    modules = container._modules
+    blocks = [modules.get(str(index)) for index in range(len(modules))]    # as ModuleList.__getitem__ finds them
+    if None in blocks:
+        return None
+    return spec[0], namespace.get(spec[0]), moduletree._structure_version[0], modules, blocks
+
+
+def element(held: tuple, namespace: dict, at: int):
+    """`PATH[at]` from what `hold` kept, while it is still right; else None (evaluate the expression)."""
+    root_name, root, version, modules, blocks = held
+    size = len(blocks)
+    if (version != moduletree._structure_version[0] or namespace.get(root_name) is not root
+            or len(modules) != size or not -size <= at < size):
+        return None                               # out of range: the expression raises the IndexError, with its message
+    return blocks[at]
