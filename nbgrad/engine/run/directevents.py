@@ -92,21 +92,12 @@ class DirectEvents:
 
     def _read(self, task, request):
         module = task.module
-        if module is None:
-            at = request.at
-            if type(at) is int:           # `PATH[i]` in a loop, `PATH[-1]`: found by `at` (elements.py)
-                module = self._element(request.use, at)
-            if module is None:
-                try:
-                    module = request.module()
-                except PATH_ERRORS as error:
-                    raise self._path_error(error, request.use)
-            if type(module).__name__ == "OptimizedModule":      # a block compiled with torch.compile
-                module = compiled_inner(module) or module
-        else:
+        if module is not None:
             task.module = None
-        if not isinstance(module, HOOKABLE):
-            return True, module.output
+        elif type(request.at) is not int or (module := self._element(request.use, request.at)) is None:
+            module = self._module(task, request)      # `PATH[i]` and `PATH[-1]` are found by `at`, as modules
+            if not isinstance(module, HOOKABLE):
+                return True, module.output
         key = (id(module), "output")
         values = self.values
         if key in values:
@@ -128,7 +119,7 @@ class DirectEvents:
 
     def _element(self, use_id: int, at: int):
         """The module `PATH[at]` names: looked up in the model for a constant index, from the run's copy of PATH's
-        blocks for a loop's (elements.py); None: evaluate the expression."""
+        blocks for a loop's (elements.py), never a compiled one; None: evaluate the expression."""
         held = self.held
         if held is None:
             held = self.held = {}
@@ -136,7 +127,8 @@ class DirectEvents:
         if found is None:
             spec = self.program.containers[use_id]
             if not spec[2]:
-                return find(self.ns, spec, at)
+                found = find(self.ns, spec, at)
+                return None if type(found).__name__ == "OptimizedModule" else found     # unwrapped by _module
             found = held[use_id] = hold(self.ns, spec) or False
         return element(found, self.ns, at) if found else None
 

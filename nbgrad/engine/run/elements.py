@@ -66,23 +66,24 @@ def plain_attribute(cls: type, attribute: str) -> bool:
 
 
 def hold(namespace: dict, spec: tuple):
-    """(root name, root, structure version, PATH's `_modules`, its blocks by index) for a loop's
-    `Program.containers[use]`, when `find` finds PATH; else None."""
+    """(root name, root, the structure version's list, its value, PATH's `_modules`, its blocks by index) for a
+    loop's `Program.containers[use]`, when `find` finds PATH and none of its blocks is compiled; else None."""
     container = find(namespace, spec)
     if container is None:
         return None
     modules = container._modules
     blocks = [modules.get(str(index)) for index in range(len(modules))]    # as ModuleList.__getitem__ finds them
-    if None in blocks:
-        return None
-    return spec[0], namespace.get(spec[0]), moduletree._structure_version[0], modules, blocks
+    if None in blocks or any(type(block).__name__ == "OptimizedModule" for block in blocks):
+        return None                               # a compiled block: the expression's, unwrapped (DirectEvents._read)
+    versions = moduletree._structure_version      # the list itself: one object to read at every event
+    return spec[0], namespace.get(spec[0]), versions, versions[0], modules, blocks
 
 
 def element(held: tuple, namespace: dict, at: int):
     """`PATH[at]` from what `hold` kept, while it is still right; else None (evaluate the expression)."""
-    root_name, root, version, modules, blocks = held
+    root_name, root, versions, version, modules, blocks = held
     size = len(blocks)
-    if (version != moduletree._structure_version[0] or namespace.get(root_name) is not root
+    if (versions[0] != version or namespace.get(root_name) is not root
             or len(modules) != size or not -size <= at < size):
         return None                               # out of range: the expression raises the IndexError, with its message
     return blocks[at]
