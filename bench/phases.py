@@ -9,13 +9,19 @@ which part to work on.
              itself, the result, clean-up, and freeing what the run held (raw hooks free the same graph)
 
 Each scenario runs nbgrad and raw hooks in alternating pairs; each phase is the median over the runs, and
-the difference column is nbgrad minus raw. Run: `python bench/phases.py [--runs N]`.
+the difference column is nbgrad minus raw. With `--small`, on the GPT-2-small shape: there each block's weights
+push out of the caches (and the address translation's) what nbgrad's code at an event touches, so the forward
+column shows best what an event costs, and which objects it reads that are old and far apart (the model's own
+dicts, the compiled program; run/elements.py). Run: `python bench/phases.py [--runs N] [--small]`.
 """
 from __future__ import annotations
 
 import argparse
 import statistics
 import time
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
 
 import nbgrad
 from overhead import (SAVE_ALL, SAVE_ONE, SCALE_ALL, embedded_setup, raw_save_all, raw_save_one,
@@ -70,8 +76,11 @@ def split(model, nbgrad_fn, raw_fn, runs: int) -> tuple:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--small", action="store_true", help="the GPT-2-small shape (random weights)")
     args = parser.parse_args(argv)
     model, _, ids = embedded_setup()
+    if args.small:
+        model, ids = GPT2LMHeadModel(GPT2Config()).eval(), torch.randint(0, 50257, (1, 16))
     scenarios = {
         "(a) save one block output": (lambda: nbgrad.trace(model, ids, SAVE_ONE), lambda: raw_save_one(model, ids)),
         "(b) save every block output": (lambda: nbgrad.trace(model, ids, SAVE_ALL),
@@ -79,7 +88,8 @@ def main(argv=None) -> None:
         "(c) scale every block in place": (lambda: nbgrad.trace(model, ids, SCALE_ALL),
                                            lambda: raw_scale_all(model, ids)),
     }
-    print(f"embedded default model, {args.runs} runs each in alternating pairs; medians in us "
+    print(f"{'GPT-2-small-shaped model' if args.small else 'embedded default model'}, {args.runs} runs each in "
+          f"alternating pairs; medians in us "
           f"(nbgrad / raw hooks / difference)")
     print(f"  {'':32s}" + "".join(f"{phase:>24s}" for phase in PHASES))
     for label, (ours, raw) in scenarios.items():
