@@ -91,10 +91,10 @@ def main(argv=None) -> None:
     print(f"{'GPT-2-small-shaped model' if args.small else 'embedded default model'}, {args.runs} runs each in "
           f"alternating pairs; medians in us "
           f"(nbgrad / raw hooks / difference)")
-    print(f"  {'':32s}" + "".join(f"{phase:>24s}" for phase in PHASES))
+    print(f"  {'':32s}" + "".join(f"{phase:>29s}" for phase in PHASES))
     for label, (ours, raw) in scenarios.items():
         mine, theirs = split(model, ours, raw, args.runs)
-        cells = "".join(f"{a * 1e6:7.1f} /{b * 1e6:7.1f} /{(a - b) * 1e6:+6.1f}" for a, b in zip(mine, theirs))
+        cells = "".join(f"{a * 1e6:9.1f} /{b * 1e6:9.1f} /{(a - b) * 1e6:+7.1f}" for a, b in zip(mine, theirs))
         print(f"  {label:32s}{cells}")
 
 
