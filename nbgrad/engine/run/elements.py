@@ -72,9 +72,12 @@ def hold(namespace: dict, spec: tuple):
     if container is None:
         return None
     modules = container._modules
-    blocks = [modules.get(str(index)) for index in range(len(modules))]    # as ModuleList.__getitem__ finds them
-    if None in blocks or any(type(block).__name__ == "OptimizedModule" for block in blocks):
-        return None                               # a compiled block: the expression's, unwrapped (DirectEvents._read)
+    blocks = []
+    for index in range(len(modules)):
+        block = modules.get(str(index))           # as ModuleList.__getitem__ finds it
+        if block is None or type(block).__name__ == "OptimizedModule":
+            return None                           # a compiled block: the expression's, unwrapped (DirectEvents._read)
+        blocks.append(block)
     versions = moduletree._structure_version      # the list itself: one object to read at every event
     return spec[0], namespace.get(spec[0]), versions, versions[0], modules, blocks
 
