@@ -11,11 +11,11 @@ of its own is evaluated as written.
 
 `hold` and `element`, for a loop: inside the forward, even that lookup costs more than the rest of an event on a
 large model, whose every block leaves the model's own dicts, untouched since it was built, out of the machine's
-caches and address translation (bench/overhead.py on the GPT-2-small shape: +8 us a block). So a run looks PATH up
-once and keeps its blocks by index, and answers from them while no module anywhere is registered or replaced
-(torch's registration hooks bump `moduletree._structure_version`), the name is bound to the same object and PATH
-keeps as many blocks (deleting one renumbers the rest, and registers nothing). Anything else is left to the
-expression."""
+caches and address translation (on the GPT-2-small shape, 8 us more at every event than what follows; the forward
+column of `bench/phases.py --small`). So a run looks PATH up once and keeps its blocks by index, and answers from
+them while no module anywhere is registered or replaced (torch's registration hooks bump
+`moduletree._structure_version`), the name is bound to the same object and PATH keeps as many blocks (deleting one
+renumbers the rest, and registers nothing). Anything else is left to the expression."""
 from __future__ import annotations
 
 from torch import nn
@@ -56,7 +56,7 @@ def find(namespace: dict, spec: tuple, at: int | None = None):
 def plain_attribute(cls: type, attribute: str) -> bool:
     """Whether `obj.attribute`, for an instance of `cls` without that key in its `__dict__`, is Module.__getattr__'s
     lookup: a Module class that looks names up no way of its own, none of whose classes has an attribute of that
-    name (a property, a method). Kept per class, for a run to ask at every event."""
+    name (a property, a method). Kept per class and name."""
     plain = (issubclass(cls, nn.Module) and cls.__getattr__ is _GETATTR and cls.__getattribute__ is _GETATTRIBUTE
              and not any(attribute in vars(base) for base in cls.__mro__))
     if len(_plain) >= _PLAIN_KEPT:                # classes made again and again (a cell that defines one)
