@@ -153,11 +153,7 @@ class DirectEvents:
             use = self.uses[request.use]
             raise OrderError(diagnose.never_ran(use, module, self.model, after_forward=True), use.line)
         if key not in self.hooks:
-            if module is self.model:
-                self._hook(module, key)
-            else:                         # _hook, written out for the common wait (one call less, cold)
-                self.hooks.forward_hook(key, module, partial(self._log_event if self.program.quiet
-                                                             else self._on_output, key))
+            self._hook(module, key)
             if self.model_running:
                 self.late_hooks = self.late_hooks or set()
                 self.late_hooks.add(key)
@@ -201,7 +197,6 @@ class DirectEvents:
 
     def _hook_targets(self) -> None:
         """Hook, before the model runs, every event the cell may read in any order (ForwardEvents.hook_targets)."""
-        hooks, on_event = self.hooks, self._log_event if self.program.quiet else self._on_output
         for target in self.program.forward_targets:
             if target.uses and target.uses <= self.requested or target.needs and not target.needs <= self.finished:
                 continue
@@ -210,11 +205,8 @@ class DirectEvents:
                 self.logged = None     # its reads are hooked when asked for, so answered inside the hooks
             for module in modules:
                 key = (id(module), "output")
-                if isinstance(module, HOOKABLE) and key not in hooks:
-                    if module is self.model:
-                        self._hook(module, key)
-                    else:              # _hook, written out: a call less for every block of a loop, cold
-                        hooks.forward_hook(key, module, partial(on_event, key))
+                if isinstance(module, HOOKABLE) and key not in self.hooks:
+                    self._hook(module, key)
 
     # --- what only a failure or a hint needs ----------------------------------------------------
 
