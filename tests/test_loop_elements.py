@@ -1,7 +1,7 @@
-"""`PATH[i].output` in a loop and `PATH[-1].output` (Read.at, run/elements.py): a direct run finds `PATH[i]` in the
-model's `_modules`, or from the ModuleList it holds, instead of evaluating the expression at every event, and gives
-what evaluating it gives: the same modules, the ModuleList's own error for an index out of range, the new block once
-the cell replaces one, and what a property or a class's own `__getattr__` on the path names."""
+"""`PATH[i].output` in a loop and `PATH[-1].output` (Read.at, run/elements.py): a direct run finds `PATH[-1]` in the
+model's `_modules`, and a loop's `PATH[i]` in its own copy of PATH's blocks, instead of evaluating the expression,
+and gives what evaluating it gives: the same modules, the ModuleList's own error for an index out of range, the new
+block once the cell replaces one, and what a property or a class's own `__getattr__` on the path names."""
 import pytest
 import torch
 from torch import nn
@@ -64,8 +64,8 @@ def test_a_loop_indexes_no_module_list_and_asks_a_class_of_its_own_ways_at_every
 
 
 def test_a_loop_finds_each_block_anew_once_the_cell_replaces_one():
-    """Looked up at every event: here the loop swaps block 2 for another before reading it, and reads the new
-    one."""
+    """The run's copy of the blocks is given up once a module is registered: here the loop swaps block 2 for
+    another before reading it, and reads the new one."""
     model = tiny_gpt2(n_layer=3, seed=3)
     spare = tiny_gpt2(n_layer=1, seed=4).transformer.h[0]
 
