@@ -129,7 +129,7 @@ class DirectRun(DirectEvents, CellState):
             try:
                 output = self.model(*call_args, **call_kwargs)
                 if self.returned is not None:
-                    (self._log_event if self.program.quiet else self._on_output)(self.returned, None, None, output)
+                    self._on_event(self.returned, None, None, output)
             except Exception:
                 if self.logged:      # what a quiet cell's statements did inside the hooks before the model failed
                     self._replay()
