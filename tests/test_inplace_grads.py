@@ -131,3 +131,31 @@ def test_an_augmented_assignment_of_a_gradient_edits_what_flows_on(tiny, ids):
             handle.remove()
     expected, = torch.autograd.grad(logits.sum(), seen[0])
     assert torch.allclose(result.saved["g"], expected, atol=1e-5)
+
+
+def test_a_gradient_edited_in_place_by_its_one_reader_is_a_copy(tiny, ids):
+    """`mlp.grad[:, 0] = 0`, the one statement waiting for that gradient: the cell edits a copy, which flows on in
+    its place, as a plain hook returning an edited clone does. Autograd hands the MLP's output and the residual
+    branch one tensor: editing it would change both, which every parameter's gradient tells apart."""
+    nbgrad.trace(tiny, ids, "mlp = model.transformer.h[1].mlp.output\n"
+                            "with model.output.logits.sum().backward():\n    mlp.grad[:, 0] = 0")
+    ours = {name: param.grad.clone() for name, param in tiny.named_parameters()}
+    tiny.zero_grad(set_to_none=True)
+
+    def edited(grad):
+        grad = grad.clone()
+        grad[:, 0] = 0
+        return grad
+
+    def hook(module, args, output):
+        output.register_hook(edited)
+    handle = tiny.transformer.h[1].mlp.register_forward_hook(hook)
+    try:
+        tiny(ids).logits.sum().backward()
+    finally:
+        handle.remove()
+    plain = {name: param.grad for name, param in tiny.named_parameters()}
+    tiny.zero_grad(set_to_none=True)
+    assert ours.keys() == plain.keys()
+    for name, grad in plain.items():
+        assert torch.allclose(ours[name], grad, atol=1e-6), name

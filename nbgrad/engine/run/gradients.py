@@ -128,8 +128,9 @@ class GradientEvents:
         if not isinstance(loss, torch.Tensor):
             return True, target.backward(*args, **kwargs)
         runtime = self.runtime
-        diagnose.check_loss(loss, backward_pass, args, kwargs, runtime.no_grad, runtime.ns, runtime.model,
-                            option=not runtime.stepping)
+        if not loss.requires_grad or loss.numel() != 1:       # what check_loss may refuse: it is not called cold
+            diagnose.check_loss(loss, backward_pass, args, kwargs, runtime.no_grad, runtime.ns, runtime.model,
+                                option=not runtime.stepping)
         scheduler = self.scheduler
         outer_phase = scheduler.phase
         self.pass_state[pass_index] = "running"
