@@ -364,3 +364,23 @@ def test_saved_names_are_those_at_the_end_of_the_cell_when_read_later(monkeypatc
     assert "both" not in namespace and result.saved is saved
     later = nbgrad.trace(MODEL, IDS, "outs = [b.output.save() for b in model.transformer.h]", namespace)
     assert type(vars(later)["_saved"]) is not dict and list(later.saved) == ["outs[0]", "outs[1]", "outs[2]"]
+
+
+def test_gradient_pairs_are_those_at_the_end_of_the_cell_when_read_later(monkeypatch):
+    """A direct run pairs saved gradients with their tensors when `Result.grad_pairs` is first read, from the names
+    bound as the cell ended: the tensor's name is unbound by then (it was not saved), and a tensor bound to two names
+    goes by the first in alphabetical order, as the runtime's eager pairing has it."""
+    cell = ("zb = model.transformer.h[1].output\nab = zb\nsaved_out = model.transformer.h[0].output.save()\n"
+            "with model.lm_head.output.sum().backward():\n    g = zb.grad.save()\n    g0 = saved_out.grad.save()")
+    monkeypatch.setattr(api, "DIRECT_RUN", False)
+    general = nbgrad.trace(MODEL, IDS, cell, {"model": MODEL}).grad_pairs
+    MODEL.zero_grad(set_to_none=True)
+    monkeypatch.setattr(api, "DIRECT_RUN", True)
+    namespace = {"model": MODEL}
+    result = nbgrad.trace(MODEL, IDS, cell, namespace)
+    MODEL.zero_grad(set_to_none=True)
+    assert "zb" not in namespace and "ab" not in namespace
+    namespace.update(zb=result.saved["g"], ab=torch.zeros(1), saved_out="rebound")
+    assert type(vars(result)["_grad_pairs"]) is not dict
+    assert result.grad_pairs == general == {"g": "ab", "g0": "saved_out"}
+    assert result.grad_pairs is result.grad_pairs

@@ -23,7 +23,7 @@ from .claims import _local, _tracing, claim, release
 from .directevents import DirectEvents
 from .gradients import GradientEvents
 from .hookset import HookSet
-from .result import Later, Result, grad_pairs, saved_by_name, saved_later
+from .result import Later, Result, run_result
 from .runtime import run_graph
 from .scheduler import AFTER_FORWARD, BEFORE_MODEL, FORWARD, Scheduler
 
@@ -167,20 +167,15 @@ class DirectRun(DirectEvents, CellState):
         self._exited = True
 
     def _result(self) -> Result:
-        bound, pairs = self.program.bound_names, None
-        sources = self.gradients.sources if self.gradients is not None else None
-        if sources:            # which saved values are gradients, and into what: named now, as the runtime does
-            saved = saved_by_name(self.by_id, bound, self.ns)
-            pairs = grad_pairs(saved, sources, bound, self.ns)
-        else:
-            saved = saved_later(self.by_id, bound, self.ns)
         shapes = {}            # of what each hooked event returned last (after the cell's edits), for the sidebar
         for key, value in self.values.items():
             if isinstance(value, Tensor):
                 shapes[key] = tuple(value.shape)
         if self.shapes:
             shapes.update(self.shapes)
-        return Result(saved, Later((run_graph, self.program, self.timeline, self.failed)), shapes, grad_pairs=pairs)
+        return run_result(self.by_id, self.program.bound_names, self.ns,
+                          Later((run_graph, self.program, self.timeline, self.failed)), shapes,
+                          self.gradients.sources if self.gradients is not None else None)
 
     def _for_the_cell(self, error: BaseException) -> BaseException:
         error = located(error, self.uses)

@@ -7,8 +7,7 @@ import torch
 from torch import nn
 
 _MISSING = object()
-_EMPTY_FIELDS = {"shapes": dict, "leaf_grads": dict, "accumulated": set, "grad_pairs": dict, "invokes": list,
-                 "saved_invokes": dict}
+_EMPTY_FIELDS = {"shapes": dict, "leaf_grads": dict, "accumulated": set, "invokes": list, "saved_invokes": dict}
 
 
 @dataclass(init=False)
@@ -33,7 +32,7 @@ class Result:
         if shapes is not None:
             fields["shapes"] = shapes
         if grad_pairs is not None:
-            fields["grad_pairs"] = grad_pairs
+            fields["_grad_pairs"] = grad_pairs
         if saved_invokes is not None:
             fields["saved_invokes"] = saved_invokes
         if leaf_grads is not None:
@@ -75,9 +74,25 @@ def _built_when_read(name: str, doc: str) -> property:
     return property(read, write, doc=doc)
 
 
+def _read_grad_pairs(result: Result) -> dict:
+    """`Result.grad_pairs`: empty unless given; given as `pairs_later(...)`, paired with the saved values when read."""
+    value = result.__dict__.get("_grad_pairs")
+    if value is None:
+        value = result.__dict__["_grad_pairs"] = {}
+    elif type(value) is Later:
+        value = result.__dict__["_grad_pairs"] = value[0](result.saved, *value[1:])
+    return value
+
+
+def _write_grad_pairs(result: Result, value) -> None:
+    result.__dict__["_grad_pairs"] = value
+
+
 # Set after the dataclass is made: a property in the class body would be taken for the field's default.
 Result.graph = _built_when_read("graph", "The hook graph of the cell (with what ran, after a run).")
 Result.saved = _built_when_read("saved", "Saved values by every name the cell bound them to, in the order saved.")
+Result.grad_pairs = property(_read_grad_pairs, _write_grad_pairs,
+                             doc="Saved gradient name -> name of the tensor it flowed into.")
 
 
 class SavedValues:
@@ -130,22 +145,28 @@ def saved_by_name(by_id: dict, bound_names: frozenset, namespace: dict) -> dict:
     return named
 
 
-def saved_later(by_id: dict, bound_names: frozenset, namespace: dict):
-    """`saved_by_name(...)`, built when `Result.saved` is first read (a loop of traces that reads its values from the
-    namespace never builds it). Keeps what naming needs: the bound names of saved values, and of containers that
-    hold nothing unsaved (a container that does is unbound from the namespace: its elements are named now)."""
-    kept = {}
+def run_result(by_id: dict, bound_names: frozenset, namespace: dict, graph, shapes: dict, grad_sources=None) -> Result:
+    """A direct run's Result, with what is named built when first read: `Result.saved` is `saved_by_name(...)` (a
+    loop of traces that reads its values from the namespace never builds it), and with gradients `Result.grad_pairs`
+    is `grad_pairs(...)`. Keeps what naming needs: the bound names of saved values and of containers that hold nothing
+    unsaved (a container that does is unbound from the namespace: its elements are named now), and with gradients
+    the ids of every bound value (a traced value the cell did not save is unbound as the run ends) and a copy of the
+    sources (the run clears its own). One call, not three: it runs cold, after the model's forward."""
+    kept, saved, bound_ids = {}, None, {} if grad_sources else None
     for name in bound_names:
         value = namespace.get(name, _MISSING)
         if value is _MISSING:
             continue
+        if bound_ids is not None:
+            bound_ids.setdefault(id(value), []).append(name)
         if id(value) in by_id:
             kept[name] = value
-        elif isinstance(value, (list, tuple, dict)):
+        elif saved is None and isinstance(value, (list, tuple, dict)):
             if holds_unsaved(value, by_id):
-                return saved_by_name(by_id, bound_names, namespace)
+                saved = saved_by_name(by_id, bound_names, namespace)
             kept[name] = value
-    return Later((saved_by_name, by_id, tuple(kept), kept))
+    return Result(saved if saved is not None else Later((saved_by_name, by_id, tuple(kept), kept)), graph, shapes,
+                  grad_pairs=None if bound_ids is None else Later((pairs_of, dict(grad_sources), bound_ids)))
 
 
 def names_by_id(bound_names: frozenset, namespace: dict) -> dict:
@@ -162,11 +183,17 @@ def grad_pairs(saved: dict, grad_sources: dict, bound_names: frozenset, namespac
     """Which saved values are gradients, and the name of the tensor each flowed into."""
     if not grad_sources:
         return {}
+    return pairs_of(saved, grad_sources, names_by_id(bound_names, namespace))
+
+
+def pairs_of(saved: dict, grad_sources: dict, bound_ids: dict) -> dict:
+    """`grad_pairs` from the names bound to each id: a saved value goes by its saved name, any other by the first
+    of its names in alphabetical order."""
     names = {}
     for name, value in saved.items():
         names[id(value)] = name
-    for value_id, bound in names_by_id(bound_names, namespace).items():
-        names.setdefault(value_id, bound[0])
+    for value_id, bound in bound_ids.items():
+        names.setdefault(value_id, min(bound))
     pairs = {}
     for name, value in saved.items():
         source = grad_sources.get(id(value))
