@@ -266,6 +266,24 @@ def test_unsaved_name_raises_name_error_that_says_to_save(shell, tiny, ids):
     assert ".save()" in str(result.error_in_exec) and "lost" in str(result.error_in_exec)
 
 
+def test_the_unsaved_names_kept_are_those_of_the_namespaces_used_last(shell, tiny, ids):
+    """Traces in namespaces of their own (a loop of `nbgrad.trace` without one makes one per call) leave names unsaved
+    in each: those kept do not add up, and the notebook's namespace, used every so often meanwhile, keeps its
+    NameError hint throughout."""
+    from nbgrad.engine.run import cellstate
+    shell.user_ns.update(tiny_model=tiny, ids=ids)
+    unsaved, namespaces = "lost = tiny_model.transformer.h[1].output", []
+    shell.run_cell_magic("trace", "tiny_model ids -q", unsaved)
+    for index in range(3 * cellstate._UNSAVED_KEPT):
+        namespaces.append({"model": tiny})           # each alive, so each has an id of its own
+        nbgrad.trace(tiny, ids, "lost = model.transformer.h[1].output", namespaces[-1])
+        if index % (cellstate._UNSAVED_KEPT // 2) == 0:
+            shell.run_cell_magic("trace", "tiny_model ids -q", unsaved)
+        assert cellstate.unsaved_names(shell.user_ns) == {"lost": "Tensor"}, index
+    assert len(cellstate._unsaved) <= cellstate._UNSAVED_KEPT
+    assert ".save()" in str(shell.run_cell("lost").error_in_exec)
+
+
 def test_a_container_unbound_for_an_unsaved_value_says_to_save_its_values(shell, tiny, ids):
     """A dict that holds one saved and one unsaved traced value is unbound (it holds a value of the trace);
     the NameError says so, and saving each value keeps the dict."""

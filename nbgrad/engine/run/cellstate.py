@@ -13,8 +13,10 @@ from .result import holds_unsaved
 
 _MISSING = object()
 # Per namespace (by id): names a trace bound to values it did not save, for the NameError hint. Kept
-# here, not in the namespace, so that a cell leaves nothing of nbgrad's behind.
+# here, not in the namespace, so that a cell leaves nothing of nbgrad's behind; for the namespaces used last (a loop
+# of `nbgrad.trace` without one makes a namespace per call, each with an id of its own: kept, they would add up)
 _unsaved: dict = {}
+_UNSAVED_KEPT = 64
 
 
 def unsaved_names(namespace: dict) -> dict:
@@ -55,7 +57,8 @@ class CellState:
     def restore_namespace(self, saved_ids) -> None:
         """Unbind the traced values the body bound but did not save (remembering their names), and give
         the runtime slot back to whoever held it."""
-        unsaved = _unsaved.get(id(self.namespace))      # made for the first name to remember, not for every cell
+        # made (or made the most recent of those kept) for the first name to remember, not for every cell
+        unsaved, fresh = _unsaved.get(id(self.namespace)), False
         for name in list(self.before):
             value = self.namespace.get(name, _MISSING)
             if (value is _MISSING or value is self.before[name] or id(value) in saved_ids
@@ -63,7 +66,8 @@ class CellState:
                 if unsaved:
                     unsaved.pop(name, None)
             else:
-                unsaved = _unsaved.setdefault(id(self.namespace), {})
+                if not fresh:
+                    unsaved, fresh = _remembered(id(self.namespace)), True
                 unsaved[name] = type(value).__name__
                 del self.namespace[name]
             del self.before[name]
@@ -71,6 +75,17 @@ class CellState:
             self.namespace.pop(RUNTIME_NAME, None)
         else:
             self.namespace[RUNTIME_NAME] = self.outer_runtime
+
+
+def _remembered(namespace_id: int) -> dict:
+    """The unsaved names of a namespace, made the most recent of those kept (the oldest given up past the limit)."""
+    names = _unsaved.pop(namespace_id, None)
+    if names is None:
+        names = {}
+        if len(_unsaved) >= _UNSAVED_KEPT:
+            _unsaved.pop(next(iter(_unsaved)))
+    _unsaved[namespace_id] = names
+    return names
 
 
 _requires_grad = operator.attrgetter("requires_grad")
