@@ -8,6 +8,9 @@ which part to work on.
     after    from the forward's end to the call returning and its result freed: hooks on the model
              itself, the result, clean-up, and freeing what the run held (raw hooks free the same graph)
 
+The gradient scenario (e) splits `after` further: `to backward` runs until the first gradient of the backward pass
+(the logits'), `backward` until the last (the input embeddings', where the pass ends), and `after` is the rest.
+
 Each scenario runs nbgrad and raw hooks in alternating pairs; each phase is the median over the runs, and
 the difference column is nbgrad minus raw. With `--small`, on the GPT-2-small shape: there each block's weights
 push out of the caches (and the address translation's) what nbgrad's code at an event touches, so the forward
@@ -17,6 +20,7 @@ dicts, the compiled program; run/elements.py). Run: `python bench/phases.py [--r
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 
@@ -24,14 +28,13 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 import nbgrad
-from overhead import (SAVE_ALL, SAVE_ONE, SCALE_ALL, embedded_setup, raw_save_all, raw_save_one,
-                      raw_scale_all)
-
-PHASES = ("before", "forward", "after")
+from overhead import (GRAD_ONE, SAVE_ALL, SAVE_ONE, SCALE_ALL, embedded_setup, raw_grad_one, raw_save_all,
+                      raw_save_one, raw_scale_all)
 
 
 class Clock:
     """Timestamps of the model's forward starting and ending, from hooks on the model put first and last."""
+    PHASES = ("before", "forward", "after")
 
     def __init__(self, model):
         self.start = self.end = None
@@ -56,9 +59,37 @@ class Clock:
             handle.remove()
 
 
-def split(model, nbgrad_fn, raw_fn, runs: int) -> tuple:
+class GradientClock(Clock):
+    """A Clock that marks the backward pass from the model's output too: it starts with the logits' gradient and ends
+    with the input embeddings' (the first module of the forward is the last of the backward)."""
+    PHASES = ("before", "forward", "to backward", "backward", "after")
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.backward_start = self.backward_end = None
+        self.handles.append(model.get_input_embeddings().weight.register_hook(self._backward_ended))
+
+    def _ended(self, module, args, output):
+        super()._ended(module, args, output)
+        output.logits.register_hook(self._backward_started)
+
+    def _backward_started(self, grad):
+        self.backward_start = time.perf_counter()
+
+    def _backward_ended(self, grad):       # tied weights get a gradient twice: the last is the pass's end
+        self.backward_end = time.perf_counter()
+
+    def phases(self, run) -> tuple:
+        began = time.perf_counter()
+        run()
+        finished = time.perf_counter()
+        return (self.start - began, self.end - self.start, self.backward_start - self.end,
+                self.backward_end - self.backward_start, finished - self.backward_end)
+
+
+def split(model, nbgrad_fn, raw_fn, runs: int, clock_type: type = Clock) -> tuple:
     """(nbgrad's phases, raw's phases): per-phase medians in seconds, over `runs` alternating pairs."""
-    clock = Clock(model)
+    clock = clock_type(model)
     try:
         for _ in range(5):
             nbgrad_fn(), raw_fn()
@@ -89,11 +120,17 @@ def main(argv=None) -> None:
                                            lambda: raw_scale_all(model, ids)),
     }
     print(f"{'GPT-2-small-shaped model' if args.small else 'embedded default model'}, {args.runs} runs each in "
-          f"alternating pairs; medians in us "
-          f"(nbgrad / raw hooks / difference)")
-    print(f"  {'':32s}" + "".join(f"{phase:>29s}" for phase in PHASES))
+          f"alternating pairs; medians in us (nbgrad / raw hooks / difference)")
+    table(model, scenarios, args.runs, Clock)
+    zero = functools.partial(model.zero_grad, set_to_none=True)
+    table(model, {"(e) one block's gradient": (lambda: (nbgrad.trace(model, ids, GRAD_ONE), zero()),
+                                               lambda: (raw_grad_one(model, ids), zero()))}, args.runs, GradientClock)
+
+
+def table(model, scenarios: dict, runs: int, clock_type: type) -> None:
+    print(f"  {'':32s}" + "".join(f"{phase:>29s}" for phase in clock_type.PHASES))
     for label, (ours, raw) in scenarios.items():
-        mine, theirs = split(model, ours, raw, args.runs)
+        mine, theirs = split(model, ours, raw, runs, clock_type)
         cells = "".join(f"{a * 1e6:9.1f} /{b * 1e6:9.1f} /{(a - b) * 1e6:+7.1f}" for a, b in zip(mine, theirs))
         print(f"  {label:32s}{cells}")
 

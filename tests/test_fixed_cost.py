@@ -160,3 +160,33 @@ def test_the_phase_split_of_a_run_covers_it_and_leaves_the_model_as_it_was(defau
                          lambda: default_model(ids), runs=3)
     assert len(mine) == len(theirs) == 3 and all(part > 0 for part in mine + theirs)
     assert hook_count(default_model) == hooks_before
+
+
+def test_the_gradient_phase_split_covers_the_backward_pass_too(default_model):
+    """The gradient scenario's clock splits what follows the forward at the backward pass's first and last gradient:
+    five parts, each positive, inside the run, and no hook left on the model or its weights."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+    from phases import GradientClock, split
+    from helpers import hook_count
+    ids = nbgrad.tokenizer_for(default_model)("The capital of France is", return_tensors="pt")["input_ids"]
+    hooks_before = hook_count(default_model)
+
+    def plain():
+        default_model(ids).logits.sum().backward()
+        default_model.zero_grad(set_to_none=True)
+    clock = GradientClock(default_model)
+    try:
+        for run in (lambda: nbgrad.trace(default_model, ids, ONE_GRADIENT), plain):
+            began = time.perf_counter()
+            parts = clock.phases(run)
+            total = time.perf_counter() - began
+            assert len(parts) == 5 and all(part > 0 for part in parts) and sum(parts) <= total, parts
+    finally:
+        clock.close()
+        default_model.zero_grad(set_to_none=True)
+    assert hook_count(default_model) == hooks_before
+    mine, theirs = split(default_model, lambda: nbgrad.trace(default_model, ids, ONE_GRADIENT), plain, runs=3,
+                         clock_type=GradientClock)
+    default_model.zero_grad(set_to_none=True)
+    assert len(mine) == len(theirs) == 5 and all(part > 0 for part in mine + theirs)
+    assert hook_count(default_model) == hooks_before
