@@ -270,8 +270,8 @@ class DirectRun(DirectEvents, CellState):
             self._deliver(key, waiting, self.live)
             return
         # One read of the gradient waits, the common case: _deliver and GradientEvents.read written out, which answer
-        # a read (not an edit) of a gradient that has come with the gradient. Three modules' code less, run cold
-        # inside the backward pass (bench/phases.py)
+        # a read (not an edit) of a gradient that has come with the gradient. Five functions of three modules less,
+        # run cold inside the backward pass (bench/phases.py, the gradient scenario)
         outer, self.cause = self.cause, request.use
         try:
             task.cause = request.use

@@ -128,7 +128,7 @@ class GradientEvents:
         if not isinstance(loss, torch.Tensor):
             return True, target.backward(*args, **kwargs)
         runtime = self.runtime
-        if not loss.requires_grad or loss.numel() != 1:       # what check_loss may refuse: it is not called cold
+        if not loss.requires_grad or loss.numel() != 1:       # only a loss check_loss may refuse: its code runs cold
             diagnose.check_loss(loss, backward_pass, args, kwargs, runtime.no_grad, runtime.ns, runtime.model,
                                 option=not runtime.stepping)
         scheduler = self.scheduler

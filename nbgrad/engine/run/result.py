@@ -75,7 +75,8 @@ def _built_when_read(name: str, doc: str) -> property:
 
 
 def _read_grad_pairs(result: Result) -> dict:
-    """`Result.grad_pairs`: empty unless given; given as `pairs_later(...)`, paired with the saved values when read."""
+    """`Result.grad_pairs`: empty unless given; given as a `Later` (run_result), paired with the saved values when
+    read."""
     value = result.__dict__.get("_grad_pairs")
     if value is None:
         value = result.__dict__["_grad_pairs"] = {}
@@ -151,7 +152,7 @@ def run_result(by_id: dict, bound_names: frozenset, namespace: dict, graph, shap
     is `grad_pairs(...)`. Keeps what naming needs: the bound names of saved values and of containers that hold nothing
     unsaved (a container that does is unbound from the namespace: its elements are named now), and with gradients
     the ids of every bound value (a traced value the cell did not save is unbound as the run ends) and a copy of the
-    sources (the run clears its own). One call, not three: it runs cold, after the model's forward."""
+    sources (the run clears its own). It runs cold, after the model's forward: one call does all of it."""
     kept, saved, bound_ids = {}, None, {} if grad_sources else None
     for name in bound_names:
         value = namespace.get(name, _MISSING)
