@@ -9,10 +9,10 @@ from .cellast import EVENT_ATTRS, const
 
 
 def element_index(builder, use: int, target: ast.expr) -> ast.expr:
-    """The index `i` of a read `PATH[i].output` at the cell's level, a name (a loop's) or an integer (`PATH[-1]`),
-    with PATH a chain of attributes of a name that is the namespace's wherever the cell reads it (no statement
-    binds it, no function takes it), recorded in `builder.containers`; else `None`. Reading the name again is
-    harmless."""
+    """The index `i` of a read `PATH[i].output` at the cell's level, a name (a loop's), an integer (`PATH[-1]`) or
+    a negated name (`PATH[-i]`: found as an integer is, from its value at each event), with PATH a chain of
+    attributes of a name that is the namespace's wherever the cell reads it (no statement binds it, no function
+    takes it), recorded in `builder.containers`; else `None`. Reading the name again is harmless."""
     if builder.function is not None or not isinstance(target, ast.Subscript) or not _is_index(target.slice):
         return const(None)
     attributes, root = [], target.value
@@ -26,7 +26,7 @@ def element_index(builder, use: int, target: ast.expr) -> ast.expr:
 
 
 def _is_index(node: ast.expr) -> bool:
-    """A name, or an integer written as a constant (`3`, `-1`)."""
+    """A name or an integer constant, or either negated (`i`, `3`, `-1`, `-i`)."""
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         node = node.operand
     return isinstance(node, ast.Name) or isinstance(node, ast.Constant) and type(node.value) is int
