@@ -163,3 +163,17 @@ w = torch.ones(2, requires_grad=True)
 g = step(w).clone().save()
 """, namespace)
     assert torch.equal(namespace["g"], torch.full((2,), 3.0))
+
+
+def test_grad_of_a_module_or_a_site_names_the_gradient_it_means(model, ids):
+    """A module, or a site held in a name, has no `.grad` of its own: the error says which `.grad` the cell
+    means, the gradient into what it returns (a site written out, `X.source.SITE.grad`, is that one: see
+    test_source_sites.py)."""
+    check(model, ids, "b = model.transformer.h[0]\ng = b.grad.save()\nmodel.output.logits.sum().backward()",
+          nbgrad.GradError, "line 2", "b is a module (GPT2Block), which has no gradient of its own",
+          "is b.output.grad")
+    check(model, ids, "s = model.transformer.h[0].attn.source.self_c_attn_1\n"
+          "with model.output.logits.sum().backward():\n    s.grad[:] = 0", nbgrad.GradError, "line 3",
+          "s is a site of a forward", "is s.output.grad")
+    check(model, ids, "x = model.transformer.h[0].attn.source.self_c_attn_1.outptu", AttributeError,
+          "the site GPT2Attention.source.self_c_attn_1 has no attribute 'outptu': a site has .output")

@@ -247,3 +247,29 @@ def test_a_cell_that_names_no_site_opens_no_forward():
                                     "model.transformer.h[1].output[:] *= 2")
     assert not [m for m in model.modules() if m in sites._tables]
     assert_untouched(model)
+
+
+def test_a_sites_own_grad_is_the_gradient_into_its_value():
+    """`X.source.SITE.grad` as the cell writes it (the spec's list of what a site has) reads and edits the gradient
+    into the site's value, `X.source.SITE.output.grad`: against a raw hook on the module the call calls."""
+    build, _, _, _, ids = FAMILIES["gpt2"]
+    model = build()
+    site = "model.transformer.h[0].attn.source.self_c_attn_1"
+    namespace = run(model, ids, f"g = {site}.grad.save()\nmodel.output.logits.sum().backward()")
+    model.zero_grad(set_to_none=True)
+    namespace_zeroed = run(model, ids, f"{site}.grad[:] = 0\nmodel.output.logits.sum().backward()")
+    zeroed = model.transformer.h[0].attn.c_attn.weight.grad.clone()
+    model.zero_grad(set_to_none=True)
+    kept = {}
+
+    def forward_hook(module, args, output):
+        output.register_hook(lambda grad: kept.setdefault("grad", grad))
+    handle = model.transformer.h[0].attn.c_attn.register_forward_hook(forward_hook)
+    try:
+        model(ids).logits.sum().backward()
+    finally:
+        handle.remove()
+    assert torch.equal(namespace["g"], kept["grad"]) and kept["grad"].abs().sum() > 0
+    assert "g" not in namespace_zeroed and zeroed.abs().sum() == 0      # the edit reached the weights' gradient
+    assert model.transformer.h[0].attn.c_attn.weight.grad.abs().sum() > 0
+    assert_untouched(model)

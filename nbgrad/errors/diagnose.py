@@ -126,6 +126,12 @@ def no_backward_pass(use, mode: str) -> str:
             f"`with loss.backward():` to the cell, or use %%backward LOSS in a later cell")
 
 
+def grad_of_module(use, value) -> str:
+    what = "a site of a forward" if not isinstance(value, nn.Module) else f"a module ({type(value).__name__})"
+    return (f"{use.target}.grad: {use.target} is {what}, which has no gradient of its own; the gradient into what "
+            f"it returns is {use.target}.output.grad")
+
+
 def _ran_without_grad(option: bool) -> tuple:
     """(how the cell came to run without autograd, the advice): under --no-grad, an option the user can drop, or
     under generation's own torch.no_grad() (`option` False), which has none."""

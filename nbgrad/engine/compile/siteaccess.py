@@ -1,6 +1,7 @@
 """`X.source` in a cell becomes `__nbgrad__.source_of(X)`, and the statement `X.skip(v)` becomes
 `__nbgrad__.skip_of(X).output = v`: a module has no `source` or `skip` attribute, and nbgrad adds none
-to it (no patching of torch); the runtime answers with the sites of X's forward, or X's skip gate."""
+to it (no patching of torch); the runtime answers with the sites of X's forward, or X's skip gate.
+A site's own `.grad` (`X.source.SITE.grad`) is the gradient into its value: `X.source.SITE.output.grad`."""
 from __future__ import annotations
 
 import ast
@@ -23,8 +24,17 @@ def _is_skip(node: ast.stmt) -> bool:
             and node.value.func.attr == "skip")
 
 
+def _is_site(node: ast.expr) -> bool:
+    """`X.source.SITE`, as the cell writes it."""
+    return (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "source" and isinstance(node.value.ctx, ast.Load))
+
+
 class _OpenSources(ast.NodeTransformer):
     def visit_Attribute(self, node):
+        if node.attr == "grad" and _is_site(node.value):
+            # spans the text `X.source.SITE`: the graph and errors quote the gradient as the cell wrote it
+            node.value = ast.copy_location(ast.Attribute(value=node.value, attr="output", ctx=ast.Load()), node.value)
         self.generic_visit(node)
         if node.attr != "source" or not isinstance(node.ctx, ast.Load):
             return node

@@ -8,6 +8,7 @@ from torch import nn
 
 from ...errors import diagnose
 from ...errors import GradError
+from .sites import Site
 from .targets import target_elements
 
 
@@ -25,6 +26,14 @@ def keeps_graph(args: tuple, kwargs: dict) -> bool:
     if retain is None:            # PyTorch's default: keep it when building a graph of the gradient
         retain = kwargs.get("create_graph", args[2] if len(args) > 2 else False)
     return bool(retain)
+
+
+def _plain_grad(value, use):
+    """`value`, whose `.grad` the cell reads or sets as Python's attribute (a value that is not a tensor); a module or
+    a site, which has no gradient of its own, is an error that names what has one: what it returns."""
+    if isinstance(value, (nn.Module, Site)):
+        raise GradError(diagnose.grad_of_module(use, value), use.line)
+    return value
 
 
 class GradientEvents:
@@ -56,7 +65,7 @@ class GradientEvents:
     def read(self, task, request):
         tensor, use, pass_index = request.tensor, self.uses[request.use], request.pass_index
         if not isinstance(tensor, torch.Tensor):
-            return True, tensor.grad
+            return True, _plain_grad(tensor, use).grad
         rows = self.runtime.rows
         if rows is not None:            # an invoke's rows of the gradient of the batch tensor
             tensor, invoke = rows.grad_target(tensor, task.node.spec.invoke)
@@ -100,7 +109,7 @@ class GradientEvents:
     def write(self, task, request):
         tensor, use, pass_index = request.tensor, self.uses[request.use], request.pass_index
         if not isinstance(tensor, torch.Tensor):
-            tensor.grad = request.value
+            _plain_grad(tensor, use).grad = request.value
             return True, None
         invoke = None
         if self.runtime.rows is not None:

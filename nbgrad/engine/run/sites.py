@@ -66,6 +66,12 @@ class Site:
     def __repr__(self):
         return f"<site {self.table.label}.{self.name}>"
 
+    def __getattr__(self, name: str):        # only for a name a Site does not have
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(f"the site {self.table.label}.{self.name} has no attribute {name!r}: a site has .output, "
+                             f".input, .inputs, .grad and .source")
+
     def register_forward_pre_hook(self, hook, *, with_kwargs: bool = False, prepend: bool = False):
         return self._add(self.pre, hook, prepend)
 
