@@ -279,7 +279,7 @@ def test_the_unsaved_names_kept_are_those_of_the_namespaces_used_last(shell, tin
         nbgrad.trace(tiny, ids, "lost = model.transformer.h[1].output", namespaces[-1])
         if index % (cellstate._UNSAVED_KEPT // 2) == 0:
             shell.run_cell_magic("trace", "tiny_model ids -q", unsaved)
-        assert cellstate.unsaved_names(shell.user_ns) == {"lost": "Tensor"}, index
+        assert cellstate.unsaved_names(shell.user_ns).get("lost") == "Tensor", index    # (the shell is shared)
     assert len(cellstate._unsaved) <= cellstate._UNSAVED_KEPT
     assert ".save()" in str(shell.run_cell("lost").error_in_exec)
 
