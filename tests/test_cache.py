@@ -62,13 +62,17 @@ model.output.logits[0, -1].max().backward()
 
 
 def test_inputs(tiny):
+    """`Cache.inputs`, after the cell and read in it: `c.inputs` is the cache's attribute, not a module's event, so
+    the statement runs once the cache is whole (it ran first, and found it empty)."""
     ns = {"model": tiny}
-    nbgrad.trace(tiny, IDS, "c = cache(['transformer.h.1', model.lm_head], inputs=True)", ns)
+    nbgrad.trace(tiny, IDS, "c = cache(['transformer.h.1', model.lm_head], inputs=True)\n"
+                            "x = c.inputs['transformer.h.1'].save()", ns)
     outputs, inputs, _, _ = hooked(tiny, IDS, ["transformer.h.1", "lm_head"])
     c = ns["c"]
     assert list(c) == ["transformer.h.1", "lm_head"] and list(c.inputs) == list(c)
     for path in c:
         assert torch.equal(c.inputs[path], inputs[path]) and torch.equal(c[path], outputs[path])
+    assert torch.equal(ns["x"], inputs["transformer.h.1"])
     with pytest.raises(nbgrad.NbgradError, match="grads=True"):
         c.grads
 
@@ -394,3 +398,17 @@ def test_a_statement_that_reads_an_entry_not_cached_yet_says_why(tiny):
     nbgrad.trace(tiny, IDS, 'c = cache("transformer.h.0")', ns)
     with pytest.raises(KeyError, match="'transformer.h.1' is not in the cache: the run called no cached module"):
         ns["c"]["transformer.h.1"]
+
+
+def test_the_hook_graph_names_the_cache_and_no_event_of_its_inputs(tiny):
+    """A cache hooks what it matches when the run starts: the graph lists it, on its line, and does not say the model
+    runs with no hooks; `c.inputs` is the cache's own attribute, not a module's input event."""
+    cell = "c = cache('transformer.h.*', inputs=True)\nx = c.inputs['transformer.h.1'].save()"
+    for graph in (nbgrad.trace(tiny, IDS, cell, {"model": tiny}, graph=True).graph,
+                  nbgrad.trace(tiny, IDS, cell, {"model": tiny}).graph):
+        text = graph.to_text()
+        assert "cache(...)  [a forward hook on every module it matches]  line 1" in text, text
+        assert "no hooks" not in text and "c.inputs" not in text.split("nodes:")[0], text
+        assert graph.to_dict()["caches"] == [1]
+    plain = nbgrad.trace(tiny, IDS, "x = 1", {"model": tiny}, graph=True).graph
+    assert "(none: the model runs with no hooks)" in plain.to_text() and plain.to_dict()["caches"] == []

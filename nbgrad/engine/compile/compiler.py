@@ -89,6 +89,7 @@ class _Builder:
         self.containers: dict = {}       # Program.containers
         self.hooked_ahead: set = set()   # ids of the uses a forward target names (compile/targets.py)
         self.globals_only: frozenset = frozenset()   # free names no lambda or function of the cell takes as an argument
+        self.caches: frozenset = frozenset()         # names bound to the run's `cache(...)`: `c.inputs` is no event
 
     def build(self, body: list) -> Program:
         plain, keeping = calls_nothing(body), keeps_only(body)          # before the statements are rewritten
@@ -113,7 +114,7 @@ class _Builder:
         helper_globals = helper_names(self.helpers.values()) - all_bound
         self.free = free = free | helper_globals
         self.globals_only = free - argument_names(stmt for stmt, _, _ in flat)
-        caches = frozenset() if "cache" in all_bound else cache_names(stmt for stmt, _, _ in flat)   # not rewritten yet
+        caches = self.caches = frozenset() if "cache" in all_bound else cache_names(stmt for stmt, _, _ in flat)
         flat_statements = [stmt for stmt, _, _ in flat]     # before the rewriter edits them
         alias_at = aliases(flat_statements)
         nodes = [self._compile_node(index, *entry) for index, entry in enumerate(flat)]
@@ -122,7 +123,7 @@ class _Builder:
         for index in stopping:     # "stop here": once what the cell asked for above has run
             specs[index].deps = tuple(range(index))
         mark_waits(specs, caches, flat_statements)
-        graph = HookGraph(nodes=specs, passes=self.passes)
+        graph = HookGraph(nodes=specs, passes=self.passes, caches=[spec.line for spec in specs if spec.binds & caches])
         bound = frozenset(n for n in all_bound if not n.startswith(TEMP_PREFIX))
         targets = forward_targets(self, free, alias_at)      # before `hooked_ahead` is read
         return Program(self.source, self.mode, self.filename, graph, nodes, self.uses, forward_targets=targets,

@@ -67,6 +67,7 @@ class HookGraph:
     passes: list = field(default_factory=list)
     runs: list = field(default_factory=list)     # Run, in the order things happened (after a run)
     failed: int | None = None                    # the node whose statement raised, when the cell failed
+    caches: list = field(default_factory=list)   # lines of the cell's `c = cache(...)`: they hook at run time
 
     def events(self):
         return [event for node in self.nodes for event in node.events]
@@ -77,7 +78,8 @@ class HookGraph:
         for event in self.events():
             key = (event.kind, event.target)
             seen.setdefault(key, []).append(event)
-        if not seen:
+        lines.extend(f"  cache(...)  [a forward hook on every module it matches]  line {line}" for line in self.caches)
+        if not seen and not self.caches:
             lines.append("  (none: the model runs with no hooks)")
         for (kind, target), uses in seen.items():
             hook = "tensor hook" if kind == "grad" else (
@@ -146,4 +148,5 @@ class HookGraph:
                        for p in self.passes],
             "runs": [{"node": r.node, "line": r.line, "woke_by": r.woke_by, "phase": r.phase} for r in self.runs],
             "failed": self.failed,
+            "caches": list(self.caches),
         }

@@ -40,7 +40,8 @@ class Rewriter(ast.NodeTransformer):
     # --- reads ----------------------------------------------------------------------------------
 
     def visit_Attribute(self, node):
-        if not isinstance(node.ctx, ast.Load) or not is_event_attr(node):
+        if (not isinstance(node.ctx, ast.Load) or not is_event_attr(node)
+                or isinstance(node.value, ast.Name) and node.value.id in self.builder.caches):   # a Cache's `.inputs`
             return self.generic_visit(node)
         use = self.builder.add_use(node.attr, node.value, node.lineno, id(node) in self.written,
                                    id(node) in self.row_zero)

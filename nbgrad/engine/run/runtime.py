@@ -263,4 +263,4 @@ def run_graph(program: Program, timeline: list, failed) -> HookGraph:
     uses, nodes = program.uses, program.graph.nodes
     runs = [Run(node, nodes[node].line, uses[use].describe() if use is not None else None, phase)
             for node, use, phase in timeline]
-    return HookGraph(nodes, program.graph.passes, runs, failed)
+    return HookGraph(nodes, program.graph.passes, runs, failed, program.graph.caches)
