@@ -77,8 +77,9 @@ def _located_input_error(error, model, tokenizer, invokes, examples: list, start
     for k, example in enumerate(examples):
         try:
             batch_invokes([example], invokes[:1], model, tokenizer)
-        except NbgradError as alone:
-            return NbgradError(f"example {start + k} (INPUT {describe(example)}): {alone.detail}")
+        except NbgradError as alone:     # said of the example, not of the invoke the run makes of it
+            detail = alone.detail.replace(f"invoke({invokes[0].text}) has", "the example has")
+            return NbgradError(f"example {start + k} (INPUT {describe(example)}): {detail}")
     return NbgradError(f"examples {start}-{start + len(examples) - 1} cannot be put in one batch: {error.detail}")
 
 
