@@ -109,6 +109,14 @@ def test_stack_in_forward_order(tiny):
     assert torch.equal(c.stack(blocks[::-1]), expected)      # forward order, whatever order is asked
     with pytest.raises(nbgrad.NbgradError, match="different shapes"):
         c.stack(["transformer.h.0", "transformer.h.0.attn.c_attn"])
+    with pytest.raises(nbgrad.NbgradError) as caught:       # each shape's paths, and those a subtree's glob meant
+        c.stack("transformer.h.*")
+    assert str(caught.value) == (
+        "Cache.stack: the values have different shapes ((1, 5, 32) at 'transformer.h.0.ln_1', "
+        "'transformer.h.0.attn.c_proj', ...; (1, 5, 96) at 'transformer.h.0.attn.c_attn', 'transformer.h.1.attn.c_attn', "
+        "...; (1, 5, 128) at 'transformer.h.0.mlp.c_fc', 'transformer.h.0.mlp.act', ...). Stack paths whose outputs "
+        "have one shape: a list of paths (those nearest the root agree: ['transformer.h.0', 'transformer.h.1', "
+        "'transformer.h.2', 'transformer.h.3']), or a narrower glob")
     with pytest.raises(nbgrad.NbgradError, match="no cached path matches"):
         c.stack("decoder.*")
     ns = {"model": tiny}

@@ -124,10 +124,8 @@ class Cache(Mapping):
                 raise NbgradError(f"Cache.stack: {path!r} holds no tensor"
                                   + (" gradient" if grads else ""))
             values.append(tensor)
-        shapes = {tuple(v.shape) for v in values}
-        if len(shapes) > 1:
-            raise NbgradError(f"Cache.stack: the values have different shapes ({', '.join(map(str, shapes))}); "
-                              f"choose paths whose outputs have one shape, e.g. 'transformer.h.*' without children")
+        if len({tuple(v.shape) for v in values}) > 1:
+            raise NbgradError(_mixed_shapes(chosen, values))
         return torch.stack(values)
 
     def paths(self, paths="*") -> list:
@@ -195,6 +193,20 @@ def matching_any(names: list, patterns: list) -> set:
     for pattern in patterns:
         chosen.update(matching_names(names, pattern))
     return chosen
+
+
+def _mixed_shapes(paths: list, values: list) -> str:
+    """Cache.stack's error for values of several shapes: the paths of each shape, and the paths a glob over a whole
+    subtree most likely meant, those nearest the root (the blocks of `transformer.h.*`) when they agree."""
+    by_shape: dict = {}
+    for path, value in zip(paths, values):
+        by_shape.setdefault(tuple(value.shape), []).append(path)
+    said = "; ".join(f"{shape} at {_few(named, 2)}" for shape, named in by_shape.items())
+    depth = min(path.count(".") for path in paths)
+    top = [path for path in paths if path.count(".") == depth]
+    same = len({tuple(values[paths.index(path)].shape) for path in top}) == 1 and len(top) > 1
+    return (f"Cache.stack: the values have different shapes ({said}). Stack paths whose outputs have one shape: a list "
+            f"of paths" + (f" (those nearest the root agree: [{_few(top)}])" if same else "") + ", or a narrower glob")
 
 
 def _few(paths, count: int = 4) -> str:
