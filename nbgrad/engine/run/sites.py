@@ -67,7 +67,7 @@ class Site:
         return f"<site {self.table.label}.{self.name}>"
 
     def __getattr__(self, name: str):        # only for a name a Site does not have
-        if name.startswith("__"):
+        if name.startswith("__") or "table" not in self.__dict__:     # (a copy being made: its fields not set yet)
             raise AttributeError(name)
         raise AttributeError(f"the site {self.table.label}.{self.name} has no attribute {name!r}: a site has .output, "
                              f".input, .inputs, .grad and .source")
