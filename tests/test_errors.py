@@ -177,3 +177,5 @@ def test_grad_of_a_module_or_a_site_names_the_gradient_it_means(model, ids):
           "s is a site of a forward", "is s.output.grad")
     check(model, ids, "x = model.transformer.h[0].attn.source.self_c_attn_1.outptu", AttributeError,
           "the site GPT2Attention.source.self_c_attn_1 has no attribute 'outptu': a site has .output")
+    from nbgrad.engine.run.sites import Site
+    assert not hasattr(Site.__new__(Site), "output")       # one with no fields yet (a copy being made): no recursion
