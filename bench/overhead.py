@@ -8,6 +8,7 @@ per-pair differences, with half the width of its 95% interval (what this run can
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -196,7 +197,7 @@ def run_all(name, model, ids, runs, with_grad=True, tokenizer=None):
                                                  lambda: (raw_grad_one(model, ids), zero()))
     print(f"\n{name}  (ids {tuple(ids.shape)}, {runs} runs each in alternating pairs, ratio of the medians; "
           f"fixed cost = median of nbgrad - raw over the pairs, ± half its 95% interval; memory = peak tensor memory "
-          f"of one run, nbgrad / raw)")
+          f"of one run, nbgrad / raw)\n  [before: {machine_load()}]")
     rows, memory = {}, {}
     for label, (ours, raw) in scenarios.items():
         rows[label] = paired(ours, raw, runs)
@@ -209,7 +210,18 @@ def run_all(name, model, ids, runs, with_grad=True, tokenizer=None):
         peak = f"   memory {memory[label]:5.3f}x" if label in memory else ""
         print(f"  {label:34s} {r:5.3f}x   fixed {fixed * 1e6:+7.0f} ±{interval * 1e6:5.0f} us   "
               f"nbgrad {ours * 1e3:7.3f} ms   raw hooks {raw * 1e3:7.3f} ms{peak}")
+    print(f"  [after: {machine_load()}]")
     return rows
+
+
+def machine_load() -> str:
+    """The machine's load average, said beside each model's rows: the fixed cost grows on a busy machine (more so
+    than the forward), so a run is judged with how quiet the machine was."""
+    try:
+        one, five, fifteen = os.getloadavg()
+    except OSError:
+        return "load average unknown"
+    return f"load average {one:.2f} / {five:.2f} / {fifteen:.2f} over 1 / 5 / 15 min ({os.cpu_count()} cores)"
 
 
 def embedded_setup() -> tuple:
