@@ -349,7 +349,7 @@ def test_dataset_options_without_a_dataset_are_refused(default_model, option, sa
     with pytest.raises(nbgrad.NbgradError, match=re.escape(says)) as caught:
         nbgrad.trace(default_model, "Hi", "h = model.transformer.h[0].output.save()", {"model": default_model},
                      **option)
-    assert "add --over DATASET (over=), or drop" in str(caught.value)
+    assert "This cell runs once (it has no --over): add --over DATASET (over=), or drop" in str(caught.value)
     assert_clean(default_model, before)
 
 

@@ -33,7 +33,7 @@ def dataset_options_alone(**given) -> None:
     for keyword, option, what in DATASET_OPTIONS:
         if given.get(keyword) is not None and given[keyword] != DATASET_DEFAULTS.get(keyword):
             raise ArgumentError(f"{option} ({keyword}=) is for a run over a dataset: it sets {what}. This cell runs "
-                                f"once, on its INPUT: add --over DATASET (over=), or drop {option}")
+                                f"once (it has no --over): add --over DATASET (over=), or drop {option}")
 
 
 def backward_arguments(loss, namespace, grad_output=None) -> None:
