@@ -26,8 +26,7 @@ def _is_skip(node: ast.stmt) -> bool:
 
 def _is_site(node: ast.expr) -> bool:
     """`X.source.SITE`, as the cell writes it."""
-    return (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
-            and node.value.attr == "source" and isinstance(node.value.ctx, ast.Load))
+    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "source"
 
 
 class _OpenSources(ast.NodeTransformer):

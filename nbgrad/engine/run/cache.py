@@ -203,10 +203,10 @@ def _mixed_shapes(paths: list, values: list) -> str:
         by_shape.setdefault(tuple(value.shape), []).append(path)
     said = "; ".join(f"{shape} at {_few(named, 2)}" for shape, named in by_shape.items())
     depth = min(path.count(".") for path in paths)
-    top = [path for path in paths if path.count(".") == depth]
-    same = len({tuple(values[paths.index(path)].shape) for path in top}) == 1 and len(top) > 1
+    top = {path: tuple(value.shape) for path, value in zip(paths, values) if path.count(".") == depth}
+    same = len(top) > 1 and len(set(top.values())) == 1
     return (f"Cache.stack: the values have different shapes ({said}). Stack paths whose outputs have one shape: a list "
-            f"of paths" + (f" (those nearest the root agree: [{_few(top)}])" if same else "") + ", or a narrower glob")
+            f"of paths" + (f" (those nearest the root agree: [{_few(list(top))}])" if same else "") + ", or a narrower glob")
 
 
 def _few(paths, count: int = 4) -> str:
