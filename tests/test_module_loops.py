@@ -145,6 +145,7 @@ def test_a_module_the_run_never_calls_is_named(default_model):
         nbgrad.trace(default_model, "Hello", "d = {n: m.output.save() for n, m in model.named_modules() if n}")
     message = str(caught.value)
     assert "model.transformer.h" in message and "ModuleList" in message and "never ran" in message
+    assert "leave out those that do not (an `if` in the loop), or use cache(...)" in message
     assert_clean(default_model, before)
     assert nbgrad.trace(default_model, "Hello", "x = model.lm_head.output.save()").saved["x"].dim() == 3
 

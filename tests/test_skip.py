@@ -52,12 +52,26 @@ def test_reading_inside_a_skipped_module_is_an_error():
         assert not [m for m in model.modules() if "forward" in vars(m)] and hook_count(model) == 0
 
 
-def test_skip_with_a_value_from_inside_the_module_is_too_late():
+@pytest.mark.parametrize("value", ["model.transformer.h[0].mlp.c_fc.output[..., :32]", "model.transformer.h[1].output"])
+def test_skip_with_a_value_from_inside_the_module_or_after_it_is_too_late(value):
+    """The message speaks of the skip as the cell wrote it, not of the gate's output it compiles to."""
     model = FAMILIES["gpt2"][0]()
-    with pytest.raises(nbgrad.OrderError, match="edited too late"):
-        nbgrad.trace(model, FAMILIES["gpt2"][4],
-                     "model.transformer.h[0].mlp.skip(model.transformer.h[0].mlp.c_fc.output[..., :32])",
+    with pytest.raises(nbgrad.OrderError) as caught:
+        nbgrad.trace(model, FAMILIES["gpt2"][4], f"model.transformer.h[0].mlp.skip({value})", namespace={"model": model})
+    message = str(caught.value)
+    assert message.startswith("line 1: model.transformer.h[0].mlp.skip(...) comes too late: its value takes the place "
+                              "of the call of model.transformer.h[0].mlp, so it must exist before")
+    assert f"could only run once {value.split('[..')[0]} (this line) existed" in message and "skip.output" not in message
+    assert not [m for m in model.modules() if "forward" in vars(m)] and hook_count(model) == 0
+
+
+def test_skip_of_a_module_the_run_never_calls_says_it_skipped_nothing():
+    model = FAMILIES["gpt2"][0]()                  # a ModuleList holds the blocks; nothing calls it
+    with pytest.raises(nbgrad.OrderError) as caught:
+        nbgrad.trace(model, FAMILIES["gpt2"][4], "model.transformer.h.skip(model.transformer.wte.output)",
                      namespace={"model": model})
+    assert str(caught.value) == ("line 1: model.transformer.h.skip(...) skipped nothing: model.transformer.h never ran "
+                                 "during this call of the model")
     assert not [m for m in model.modules() if "forward" in vars(m)] and hook_count(model) == 0
 
 

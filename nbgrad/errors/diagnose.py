@@ -85,6 +85,9 @@ def _apply(parent, step: ast.expr, namespace: dict):
 
 def never_ran(use, module, model, after_forward: bool, late: bool = False) -> str:
     target = f"{use.target}.{use.kind}"
+    if use.skip and not after_forward and not late:
+        return (f"{use.target}(...) skipped nothing: {use.target.removesuffix('.skip')} never ran during this call "
+                f"of the model")
     path = module_path(model, module) if model is not None and isinstance(module, nn.Module) else use.target
     if path is None:
         return f"{target}: {use.target} ({type(module).__name__}) is not part of the traced model"
@@ -97,7 +100,11 @@ def never_ran(use, module, model, after_forward: bool, late: bool = False) -> st
         return (f"{target} never came: the statement asked for it only while the model was already running, "
                 f"after {who} had (most likely) run. nbgrad could not tell ahead of time which module "
                 f"this expression names; write the path with constants, or read the modules in forward order")
-    return f"{target} never came: {who} never ran during this call of the model"
+    if path == use.target:
+        return f"{target} never came: {who} never ran during this call of the model"
+    return (f"{target} never came: {who} never ran during this call of the model. To read every module that "
+            f"runs, leave out those that do not (an `if` in the loop), or use cache(...), which keeps what each "
+            f"module the run called returned")
 
 
 def too_late(use, cause) -> str:
@@ -118,6 +125,11 @@ def too_late(use, cause) -> str:
     elif cause is not None:
         where = "this line" if cause.line == use.line else f"line {cause.line}"
         because = f"; the statement could only run once {cause.target}.{cause.kind} ({where}) existed"
+    if use.skip:                  # `X.skip(v)`: v takes the place of X's call, so it must exist before that call
+        module = use.target.removesuffix(".skip")
+        return (f"{use.target}(...) comes too late: its value takes the place of the call of {module}, so it must "
+                f"exist before {module} is called{because}. Skip with a value made earlier: what an earlier module "
+                f"returned, or a tensor made before the cell")
     return f"{target} is edited too late: {what}{because}. Move the edit so it only needs earlier values"
 
 

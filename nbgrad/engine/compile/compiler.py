@@ -13,7 +13,8 @@ import types
 from functools import lru_cache
 
 from .cellast import (MODULE_EVENTS, calls_nothing, can_pause_in, generator_function, is_backward_block,
-                      is_backward_call, is_invoke_block, is_path, loop_sources, position, walk_cell_level)
+                      is_backward_call, is_invoke_block, is_path, loop_sources, opens_source, position,
+                      walk_cell_level)
 from .dataflow import (add_dependencies, augmented_names, bound_names, cache_names, grad_only_names, helper_names,
                        mark_waits, read_names, stored_names, written_events)
 from ...errors import NbgradError, register_cell_source
@@ -136,7 +137,8 @@ class _Builder:
 
     def add_use(self, kind: str, target: ast.expr, line: int, write: bool, row_zero: bool = False) -> int:
         text = self._text(target)
-        self.uses.append(EventUse(kind, text, line, write, row_zero))
+        skip = opens_source(target) and target.func.attr == "skip_of"
+        self.uses.append(EventUse(kind, text, line, write, row_zero, skip))
         self.use_function.append(self.function)
         through = loop_variable(target, self.loop_sources)       # `b`, or `b.attn`, in a loop over `b`
         self.use_ast.append(self.loop_sources[through] if through else target)

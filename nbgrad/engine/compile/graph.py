@@ -13,6 +13,7 @@ class EventUse:
     line: int
     write: bool = False
     row_zero: bool = False   # written `M.output[0]`: a hint when the output is a tensor (batch row 0)
+    skip: bool = False       # written `X.skip(v)`: the output of X's skip gate (target is `X.skip`)
 
     def describe(self) -> str:
         return f"{self.target}.{self.kind}"
