@@ -14,6 +14,12 @@ def name_arrows(svg: str) -> dict:
     return {(int(g.get("data-from")), int(g.get("data-to"))): g.get("data-names") for g in groups(svg, "nbg-name-arrow")}
 
 
+def waits(svg: str) -> set:
+    """(event, node index) of each arrow from an event's box (on the left) to a statement that waits for it."""
+    return {(p.get("data-event"), int(p.get("data-node")))
+            for p in ET.fromstring(svg).iter(f"{SVG}path") if p.get("class") == "nbg-wait"}
+
+
 def steps(svg: str) -> dict:
     """step number -> (node index, phase), from the numbered chips inside each statement's box."""
     found = {}

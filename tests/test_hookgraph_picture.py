@@ -5,7 +5,7 @@ The checks read the SVG's own data (classes and data- attributes), and the boxes
 from xml.etree import ElementTree
 
 import nbgrad
-from svgdata import SVG, box, groups, name_arrows, overlap
+from svgdata import SVG, box, groups, name_arrows, overlap, waits
 from svgdata import steps as steps_of
 from nbgrad.views.hookgraph import hook_graph_svg
 
@@ -90,3 +90,16 @@ def test_a_statement_that_reads_a_cache_says_it_runs_after_the_forward_pass(defa
     assert "[after the forward pass] line 2: n = len(c)" in "".join(statements["2"].itertext())
     assert "after the forward pass (it reads a cache, whole only then)" in "".join(statements["2"].itertext())
     assert "after" not in "".join(statements["1"].itertext())
+
+
+def test_a_cache_has_a_box_of_its_own_with_arrows_to_the_statements_that_wait_for_it(default_model):
+    """The cache's hooks are no event a statement names, yet the statements that read it wait for them."""
+    cell = ("c = cache('transformer.h.*', grads=True)\nn = len(c)\nx = model.transformer.h[0].output.save()\n"
+            "model.output.logits[0, -1].max().backward()\ng = c.grads['transformer.h.0'].norm().save()")
+    for graph in (nbgrad.trace(default_model, INPUT, cell, graph=True).graph.to_dict(),
+                  nbgrad.trace(default_model, INPUT, cell).graph.to_dict()):
+        svg = hook_graph_svg(graph)
+        events = [g.get("data-event") for g in groups(svg, "nbg-event")]
+        assert events == ["cache c (line 1): every module", "model.transformer.h[0].output", "model.output"]
+        assert waits(svg) == {("cache c (line 1): every module", 1), ("cache c (line 1): every module", 4),
+                              ("model.transformer.h[0].output", 2), ("model.output", 3)}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from html import escape
 
 from .tokens import shorten
-from .hookgraph_layout import EVENT_H, EVENT_W, EVENT_X, STATEMENT_W, STATEMENT_X, label_of, layout
+from .hookgraph_layout import EVENT_H, EVENT_W, EVENT_X, STATEMENT_W, STATEMENT_X, cache_boxes, label_of, layout
 
 # (row pitch, box height): a run's picture gives each statement a second line, what ran when
 ONE_LINE, TWO_LINES = (34, 24), (46, 38)
@@ -100,15 +100,24 @@ def _group_box(group: dict, passes: dict) -> str:
             + _text(group["x"] + 8, group["y"] + 16, title, 11, colour, "bold") + body + "</g>")
 
 
-def _event_arrows(graph: dict, event_y: dict, node_y: dict, box: int) -> list:
-    arrows = []
+def _waits(graph: dict):
+    """(event, node index) for each arrow: the events a statement waits for, and the cache it reads."""
     for node in graph["nodes"]:
         for event in dict.fromkeys(f"{e['target']}.{e['kind']}" for e in node["events"]):
-            colour = phase_colour("backward pass 0" if event.endswith(".grad") else "forward")
-            y1, y2 = event_y[event] + EVENT_H // 2, node_y[node["index"]] + box // 2
-            arrows.append(f'<path class="nbg-wait" d="M{EVENT_X + EVENT_W},{y1} C{EVENT_X + EVENT_W + 25},{y1} '
-                          f'{STATEMENT_X - 35},{y2} {STATEMENT_X - 8},{y2} H{STATEMENT_X}" fill="none" '
-                          f'stroke="{colour}" marker-end="url(#arrow)"/>')
+            yield event, node["index"]
+    for box, waiting in cache_boxes(graph).items():
+        for index in waiting:
+            yield box, index
+
+
+def _event_arrows(graph: dict, event_y: dict, node_y: dict, box: int) -> list:
+    arrows = []
+    for event, index in _waits(graph):
+        colour = phase_colour("backward pass 0" if event.endswith(".grad") else "forward")
+        y1, y2 = event_y[event] + EVENT_H // 2, node_y[index] + box // 2
+        arrows.append(f'<path class="nbg-wait" data-event="{escape(event)}" data-node="{index}" d="M{EVENT_X + EVENT_W},{y1} C{EVENT_X + EVENT_W + 25},{y1} '
+                      f'{STATEMENT_X - 35},{y2} {STATEMENT_X - 8},{y2} H{STATEMENT_X}" fill="none" '
+                      f'stroke="{colour}" marker-end="url(#arrow)"/>')
     return arrows
 
 

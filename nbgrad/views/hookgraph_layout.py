@@ -150,10 +150,22 @@ def layout(graph: dict, row: int, box: int) -> dict:
             "height": max(bottom, event_bottom) + 16}
 
 
+def cache_boxes(graph: dict) -> dict:
+    """label -> the statements that wait for it, for each `cache(...)` of the cell: its hooks on every module
+    it matches fill it, and a statement that reads the name it is bound to starts once it is whole."""
+    boxes = {}
+    for line in dict.fromkeys(graph.get("caches", [])):
+        names = sorted({name for node in graph["nodes"] if node["line"] == line for name in node["binds"]})
+        waiting = [node["index"] for node in graph["nodes"]
+                   if node.get("after") is not None and set(names) & set(node.get("reads", []))]
+        boxes[shorten(f"cache {', '.join(names)} (line {line}): every module", 38)] = waiting
+    return boxes
+
+
 def events(graph: dict) -> list:
-    """Event names, forward ones first, each lane in the order the run woke statements with them
-    (source order before a run)."""
+    """Event names, forward ones first (a cache's hooks before all), each lane in the order the run woke
+    statements with them (source order before a run)."""
     order = [run["woke_by"] for run in graph.get("runs", []) if run["woke_by"]]
     written = [f"{e['target']}.{e['kind']}" for node in graph["nodes"] for e in node["events"]]
-    names = list(dict.fromkeys(order + written))
+    names = list(dict.fromkeys([*cache_boxes(graph), *order, *written]))
     return sorted(names, key=lambda name: name.endswith(".grad"))     # stable: the backward lane below
