@@ -5,6 +5,8 @@ A saved value is kept as a detached copy of the example's rows: the batch's auto
 are freed with the batch, so a run over thousands of examples holds only what the cell saved."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from ..engine.run.result import holds_saved
@@ -74,12 +76,12 @@ def at_example(error: BaseException, cell, runtime, examples: list, start: int) 
 
 def _located_input_error(error, model, tokenizer, invokes, examples: list, start: int) -> NbgradError:
     """An INPUT that cannot be batched: find which example, trying each alone (only on this error path)."""
+    alone = [replace(invokes[0], label="the example")]     # said of the example, not of the invoke made of it
     for k, example in enumerate(examples):
         try:
-            batch_invokes([example], invokes[:1], model, tokenizer)
-        except NbgradError as alone:     # said of the example, not of the invoke the run makes of it
-            detail = alone.detail.replace(f"invoke({invokes[0].text}) has", "the example has")
-            return NbgradError(f"example {start + k} (INPUT {describe(example)}): {detail}")
+            batch_invokes([example], alone, model, tokenizer)
+        except NbgradError as failed:
+            return NbgradError(f"example {start + k} (INPUT {describe(example)}): {failed.detail}")
     return NbgradError(f"examples {start}-{start + len(examples) - 1} cannot be put in one batch: {error.detail}")
 
 

@@ -31,7 +31,7 @@ def batch_invokes(values: list, invokes: list, model: nn.Module, tokenizer) -> t
     for value, invoke in zip(values, invokes):
         args, kwargs = call_arguments(value, model, tokenizer)
         if _rows_of(args, kwargs) == 0:
-            raise InputError(f"invoke({invoke.text}) has no rows", invoke.line)
+            raise InputError(f"{invoke.named()} has no rows", invoke.line)
         calls.append((args, kwargs))
     return _concatenated(calls, invokes)
 
@@ -43,10 +43,10 @@ def _is_text(value) -> bool:
 def _token_rows(value, invoke, tokenizer) -> list:
     prompts = [value] if isinstance(value, str) else value
     if not prompts:
-        raise InputError(f"invoke({invoke.text}) has no rows: its list of prompts is empty", invoke.line)
+        raise InputError(f"{invoke.named()} has no rows: its list of prompts is empty", invoke.line)
     rows = [_tokens(tokenizer, prompt) for prompt in prompts]
     if any(len(row) == 0 for row in rows):
-        raise InputError(f"invoke({invoke.text}) has an empty prompt: it gives no tokens", invoke.line)
+        raise InputError(f"{invoke.named()} has an empty prompt: it gives no tokens", invoke.line)
     return rows
 
 

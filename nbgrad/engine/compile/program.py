@@ -99,6 +99,10 @@ class Invoke:
     line: int
     text: str                     # the INPUT expression as written
     code: types.CodeType          # evaluated in the namespace before the run
+    label: str = ""               # what its errors call it, when not `invoke(TEXT)` (a dataset's "the example")
+
+    def named(self) -> str:
+        return self.label or f"invoke({self.text})"
 
 
 @dataclass
