@@ -139,6 +139,20 @@ def test_a_bad_example_names_its_index_and_input_and_leaves_the_model_clean(defa
     assert "x" not in namespace and set(namespace) <= {"model", "__builtins__"}
 
 
+@pytest.mark.parametrize("make, kind", [(list, "a list"), (lambda: (p for p in []), "a generator"),
+                                         (lambda: __import__("datasets").Dataset.from_dict({"text": []}), "a Dataset")])
+def test_a_dataset_with_no_examples_is_an_error_and_changes_no_name(default_model, tmp_path, make, kind):
+    """Not a silent run of nothing that leaves the names of the last run in place (for --out as well)."""
+    namespace = {"model": default_model, "last": "from before"}
+    for out in (None, tmp_path / "acts"):
+        with pytest.raises(nbgrad.InputError) as caught:
+            nbgrad.trace(default_model, None, "last = model.transformer.h[1].output[:, -1].save()", namespace,
+                         over=make(), out=out)
+        assert str(caught.value) == (f"--over: the dataset ({kind}) has no examples, so the cell ran on none and no "
+                                     f"name changed")
+        assert namespace == {"model": default_model, "last": "from before"}
+
+
 def test_an_error_in_the_body_names_the_example_and_the_cell_line(default_model):
     model = default_model
     before = model_state(model)

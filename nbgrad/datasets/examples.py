@@ -11,7 +11,18 @@ DEFAULT_COLUMN = "text"
 
 
 def batches(dataset, batch_size: int, column: str | None = None):
-    """(index of the first example, [INPUT, ...]) per batch of `batch_size` examples, in dataset order."""
+    """(index of the first example, [INPUT, ...]) per batch of `batch_size` examples, in dataset order. A
+    dataset that gives no example is an error: the cell would run on none and leave every name as it was."""
+    empty = True
+    for batch in _batches(dataset, batch_size, column):
+        empty = False
+        yield batch
+    if empty:
+        raise InputError(f"--over: the dataset ({a_or_an(type(dataset).__name__)}) has no examples, so the cell ran "
+                         f"on none and no name changed")
+
+
+def _batches(dataset, batch_size: int, column: str | None):
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ArgumentError(f"--batch-size must be a positive integer, not {batch_size!r}")
     if _is_hf_dataset(dataset):
