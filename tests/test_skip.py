@@ -91,3 +91,30 @@ def test_skip_with_a_value_of_the_wrong_form_says_what_v_stands_for(part, v, giv
     assert f"line 1 skipped {module} with `.skip(v)`, {given}" in notes
     assert "the form its forward returns" in notes and f"Read `{module}.output`" in notes
     assert not [m for m in model.modules() if "forward" in vars(m)] and hook_count(model) == 0
+
+
+def test_an_interrupt_at_any_line_of_a_skip_cell_leaves_no_forward_and_no_hook():
+    """A skip puts a forward on the module for the run: Ctrl-C at any line of a sample (every line that sets up or
+    cleans up, and a stride of the rest) leaves none, no hook and no runtime, and the next run is the same."""
+    from interrupts import Injector, points
+    from nbgrad.engine.run.runtime import active_runtime
+    model, ids = FAMILIES["gpt2"][0](), FAMILIES["gpt2"][4]
+    namespace = {"model": model}
+    source = ("model.transformer.h[0].mlp.skip(model.transformer.h[0].ln_2.output * 0.5)\n"
+              "out = model.output.logits.save()\n")
+    nbgrad.trace(model, ids, source, namespace=namespace)
+    expected = namespace["out"]
+    with Injector(record=True) as counter:
+        nbgrad.trace(model, ids, source, namespace=namespace)
+    interrupted = 0
+    for k in points(counter.lines, full=False, stride=max(1, counter.count // 100)):
+        try:
+            with Injector(k):
+                nbgrad.trace(model, ids, source, namespace=namespace)
+        except KeyboardInterrupt:
+            interrupted += 1
+        assert not [m for m in model.modules() if "forward" in vars(m)] and hook_count(model) == 0, k
+        assert active_runtime() is None and not [n for n in namespace if n.startswith("__nbgrad")], k
+    assert interrupted > 50
+    nbgrad.trace(model, ids, source, namespace=namespace)
+    assert torch.equal(namespace["out"], expected)
