@@ -249,3 +249,37 @@ def test_magic_with_invokes_and_its_panel_groups(shell, model):
     assert EIFFEL in panel.payload["tabs"][0]["about"]
     assert repr(panel).splitlines()[0] == f"[{titles[0]}]" and repr(panel).splitlines()[2] == f"[{titles[1]}]"
     assert panel.static_html().index(html.escape(titles[1])) < panel.static_html().index("<b>b</b>") and "<b>a</b>" in panel.static_html()
+
+
+def test_an_interrupt_at_any_line_of_an_invoke_cell_leaves_nothing():
+    """Ctrl-C at a sample of lines (every set-up and clean-up line, a stride of the rest) of a two-invoke patch with
+    a backward pass: no hook, flag, grad mode or runtime left, no name of ours, and the next run gives the same."""
+    from interrupts import Injector, points
+    from nbgrad.engine.run.runtime import active_runtime
+    from helpers import tiny_gpt2
+    model = tiny_gpt2(n_layer=2, seed=5)
+    namespace = {"model": model, "a": torch.tensor([[5, 9, 2, 7]]), "b": torch.tensor([[3, 1, 4, 1]])}
+    source = ("with invoke(a):\n    clean = model.transformer.h[0].output[:, -1].save()\n"
+              "with invoke(b):\n    model.transformer.h[0].output[:, -1] = clean\n"
+              "    logits = model.output.logits.save()\n"
+              "    with logits[0, -1].max().backward():\n        g = model.transformer.h[1].output.grad.save()\n")
+    nbgrad.trace(model, None, source, namespace)
+    model.zero_grad(set_to_none=True)
+    expected = {name: namespace[name] for name in ("clean", "logits", "g")}
+    before = model_state(model)
+    with Injector(record=True) as counter:
+        nbgrad.trace(model, None, source, namespace)
+    model.zero_grad(set_to_none=True)
+    interrupted = 0
+    for k in points(counter.lines, full=False, stride=max(1, counter.count // 150)):
+        try:
+            with Injector(k):
+                nbgrad.trace(model, None, source, namespace)
+        except KeyboardInterrupt:
+            interrupted += 1
+        model.zero_grad(set_to_none=True)
+        assert_clean(model, before)
+        assert active_runtime() is None and not [n for n in namespace if n.startswith("__nbgrad")], k
+    assert interrupted > 100
+    nbgrad.trace(model, None, source, namespace)
+    assert all(torch.equal(namespace[name], value) for name, value in expected.items())
