@@ -19,6 +19,9 @@ from .models.batching import batch_invokes
 from .models.cell import default_namespace, invoke_inputs, model_to_trace
 from .models.inputs import call_arguments, input_ids_of
 from .models.loading import remember
+from .views.cache import CachePanel
+
+Cache.panel = CachePanel      # a Cache shown on its own draws its panel (the engine imports no view)
 
 _MISSING = object()
 
@@ -132,7 +135,6 @@ def save(value):
 def show(value, name: str = "", model=None, tokenizer=None):
     """The inline panel for a tensor, or a dict / list of tensors (what `%show` displays); a Cache's panel."""
     if isinstance(value, Cache):
-        from .views.cache import CachePanel
         return CachePanel(value.summary(), title=name)
     from .views import show as build
     if tokenizer is None and model is not None:

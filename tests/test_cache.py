@@ -420,3 +420,15 @@ def test_the_hook_graph_names_the_cache_and_no_event_of_its_inputs(tiny):
         assert graph.to_dict()["caches"] == [1]
     plain = nbgrad.trace(tiny, IDS, "x = 1", {"model": tiny}, graph=True).graph
     assert "(none: the model runs with no hooks)" in plain.to_text() and plain.to_dict()["caches"] == []
+
+
+def test_a_cache_shown_on_its_own_draws_its_panel(tiny):
+    """`c` as a cell's last line: the heatmap the magic shows after the cell, one row per module (and its
+    gradient × activation), with the cache's short repr as the text."""
+    ns = {"model": tiny}
+    nbgrad.trace(tiny, IDS, "c = cache('transformer.h.?', grads=True)\nmodel.output.logits.sum().backward()", ns)
+    bundle = ns["c"]._repr_mimebundle_()
+    assert bundle["text/plain"] == repr(ns["c"]) and bundle["text/plain"].startswith("Cache(4 modules with grads")
+    rows = re.findall(r"<tr><th style=[^>]*>([^<]*)</th>", bundle["text/html"])
+    assert rows == [f"transformer.h.{i}{kind}" for i in range(4) for kind in ("", " grad×act")]
+    assert bundle["text/html"].count('<td title="') == 8 * IDS.shape[1]

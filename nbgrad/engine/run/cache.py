@@ -157,6 +157,14 @@ class Cache(Mapping):
                                  "values": _per_position(tensor, grad, max_positions)})
         return {"rows": rows, "nbytes": self.nbytes, "memory": _human(self.nbytes), "modules": len(self)}
 
+    panel = None         # what draws a summary (views/cache.py's CachePanel): set by the api, the engine draws nothing
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        """A cache shown on its own (`c` as a cell's last line): its panel, with the short repr as text."""
+        if self.panel is None:
+            return {"text/plain": repr(self)}
+        return {"text/html": self.panel(self.summary()).html(), "text/plain": repr(self)}
+
     def __repr__(self):
         extra = [name for name in ("inputs", "grads") if self.options.get(name)]
         return (f"Cache({len(self)} modules{' with ' + ' and '.join(extra) if extra else ''}, "
