@@ -273,3 +273,47 @@ def test_a_sites_own_grad_is_the_gradient_into_its_value():
     assert "g" not in namespace_zeroed and zeroed.abs().sum() == 0      # the edit reached the weights' gradient
     assert model.transformer.h[0].attn.c_attn.weight.grad.abs().sum() > 0
     assert_untouched(model)
+
+
+@pytest.mark.parametrize("order", ["", "reversed"])
+def test_a_loop_over_a_forwards_sites_reads_each_in_any_order(order):
+    """`[s.output.save() for s in M.source]` over GPT2MLP's sites, forward and reversed: each call site's value is
+    the module it calls' output (a plain forward hook), each assignment the value the next call gets."""
+    model, ids = FAMILIES["gpt2"][0](), FAMILIES["gpt2"][4]
+    mlp = model.transformer.h[0].mlp
+    kept = {}
+    handles = [getattr(mlp, name).register_forward_hook(lambda m, a, o, name=name: kept.setdefault(name, o))
+               for name in ("c_fc", "act", "c_proj", "dropout")]
+    with torch.no_grad():
+        model(ids)
+    for handle in handles:
+        handle.remove()
+    sites = "model.transformer.h[0].mlp.source"
+    ns = run(model, ids, f"xs = {{s.name: s.output.save() for s in {order}({sites})}}" if order else
+             f"xs = {{s.name: s.output.save() for s in {sites}}}")
+    expected = {"self_c_fc_0": "c_fc", "hidden_states_0": "c_fc", "self_act_0": "act", "hidden_states_1": "act",
+                "self_c_proj_0": "c_proj", "hidden_states_2": "c_proj", "self_dropout_0": "dropout",
+                "hidden_states_3": "dropout"}
+    assert list(ns["xs"]) == list(reversed(expected) if order else expected)
+    assert all(torch.equal(ns["xs"][site], kept[module]) for site, module in expected.items())
+    assert_untouched(model)
+
+
+@pytest.mark.parametrize("cell, who", [
+    ("x = model.transformer.h[0].attn.source.self_c_attn_0.output.save()",
+     "model.transformer.h[0].attn.source.self_c_attn_0.output never came: "
+     "model.transformer.h[0].attn.source.self_c_attn_0 never ran"),
+    ("xs = [s.output.save() for s in model.transformer.h[0].attn.source]",
+     "s.output never came: s (GPT2Attention.source."),
+])
+def test_a_site_in_a_branch_the_forward_did_not_take_says_so(cell, who):
+    """Not that it was asked for too late: the forward ran without reaching it (`_0` is the cross-attention
+    branch, and a loop over every site meets such sites)."""
+    model, ids = FAMILIES["gpt2"][0](), FAMILIES["gpt2"][4]
+    with pytest.raises(nbgrad.OrderError) as caught:
+        run(model, ids, cell)
+    message = str(caught.value)
+    assert message.startswith(f"line 1: {who}") and "asked for it only while" not in message
+    assert message.endswith("never ran during this call of the model: its forward ran without reaching it (a branch "
+                            "it did not take; `%source` shows each site's line)")
+    assert_untouched(model)

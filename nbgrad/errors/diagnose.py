@@ -107,6 +107,13 @@ def never_ran(use, module, model, after_forward: bool, late: bool = False) -> st
             f"module the run called returned")
 
 
+def site_not_reached(use, site: str) -> str:
+    """A site whose forward ran in this call without reaching it: a branch not taken (or after a return)."""
+    who = use.target if use.target.endswith(site.rsplit(".", 1)[1]) else f"{use.target} ({site})"
+    return (f"{use.target}.{use.kind} never came: {who} never ran during this call of the model: its forward ran "
+            f"without reaching it (a branch it did not take; `%source` shows each site's line)")
+
+
 def too_late(use, cause) -> str:
     target = f"{use.target}.{use.kind}"
     if use.kind == "grad":

@@ -145,6 +145,8 @@ class ForwardEvents:
         if self.runtime.stopped_at is not None:
             return never_came_after_stop(use, diagnose.module_path(self.runtime.model, module) or use.target,
                                          self.runtime.stopped_at)
+        if isinstance(module, Site) and module.table.reached(module) is False:
+            return OrderError(diagnose.site_not_reached(use, f"{module.table.label}.{module.name}"), use.line)
         late = (id(module), use.kind) in self.late_hooks
         skipped = skipped_around(module)
         if skipped is not None:

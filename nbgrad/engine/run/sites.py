@@ -126,10 +126,17 @@ class SiteTable:
         return any(site.busy() for site in self.sites.values())
 
     def dispatch(self, name, callee, *args, **kwargs):
+        self.root.ran.add((id(self), name))
         site = self.sites.get(name)
         if site is None or not site.busy():
             return callee(*args, **kwargs)
         return site.fire(callee, args, kwargs)
+
+    def reached(self, site: Site) -> bool | None:
+        """Whether the forward reached `site` while its sites were routed (this run), None when it never ran at
+        all: a site in a branch it did not take never fires, however early it is hooked."""
+        ran = self.root.ran
+        return None if not ran else (id(site.table), site.name) in ran
 
 
 class ModuleSource(SiteTable):
@@ -143,6 +150,7 @@ class ModuleSource(SiteTable):
         self.body = _body(module)
         self.names = site_code(innermost(self.body)[0]).names
         self.holders: set = set()      # ids of live handles on any site below
+        self.ran: set = set()          # (id(table), site name) of each site the rewritten forward ran, this run
         self.given: tuple | None = None   # (what the instance dict held under `forward`, what we put there)
 
     def __getattr__(self, name: str) -> Site:
@@ -159,10 +167,17 @@ class ModuleSource(SiteTable):
     def __iter__(self):
         return (self.site(name) for name in self.names)
 
+    def __reversed__(self):
+        return (self.site(name) for name in reversed(self.names))
+
+    def __len__(self):
+        return len(self.names)
+
     def acquire(self, handle) -> None:
         self.holders.add(id(handle))
         module = self.module_ref()
         if self.given is None and module is not None:
+            self.ran.clear()                # the sites a run reaches, counted from the run that routes them
             inner, peeled = innermost(self.body)
             bound = types.MethodType(rewrap(peeled, rewritten(inner, self.dispatch)), module)
             gate = gate_in_place(module)
