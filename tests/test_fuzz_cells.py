@@ -37,7 +37,7 @@ MODEL = tiny_gpt2(n_layer=3, seed=11)
 
 @dataclass(frozen=True)
 class Step:
-    kind: str               # read | save | unsaved | input | mul | slice | replace | freeze | g* | error kinds
+    kind: str               # read | save | unsaved | input | mul | slice | replace | freeze* | g* | error kinds
     site: str = ""
     value: float = 0.0
     position: int = 0
@@ -48,12 +48,11 @@ forward_steps = st.one_of(
     st.builds(Step, st.sampled_from(["mul", "replace"]), st.sampled_from(SITES), st.sampled_from(FACTORS)),
     st.builds(Step, st.just("slice"), st.sampled_from(SLICE_SITES), st.sampled_from(FACTORS),
               st.integers(0, LENGTH - 1)),
-    st.builds(Step, st.just("freeze"), st.sampled_from(["0", "1", "2"])),
+    st.builds(Step, st.sampled_from(["freeze", "freeze_bound"]), st.sampled_from(["0", "1", "2"])),
 )
-# `M.output.grad.mul_(c)` written with the module's path is refused today ("edited too late"; see
-# test_spec_promises.py::test_mul_edit_of_a_module_output_grad_by_its_path, an engine fix to come): the
-# grammar edits gradients in place with `*=` until then. Add "gmul_" to GRAD_EDITS once that is fixed.
-GRAD_EDITS = ["gmul"]
+# In-place edits of a gradient, both ways (`M.output.grad.mul_(c)` with the module's path is
+# test_spec_promises.py::test_mul_edit_of_a_module_output_grad_by_its_path)
+GRAD_EDITS = ["gmul", "gmul_"]
 grad_steps = st.one_of(
     st.builds(Step, st.just("gread"), st.sampled_from(GRAD_SITES)),
     st.builds(Step, st.sampled_from(GRAD_EDITS), st.sampled_from(GRAD_SITES), st.sampled_from(FACTORS)),
@@ -85,10 +84,10 @@ def line(step: Step, index: int) -> str:
         "mul": f"{site}.output.mul_({step.value})",
         "slice": f"{site}.output[:, {step.position}] = {step.value}",
         "replace": f"{site}.output = {site}.output * {step.value}",
-        # bound to a name: as a bare statement, `model.….requires_grad_(False)` counts as a change of `model`
-        # today, which orders every later statement after it and unhooks `model`'s paths
-        # (test_spec_promises.py::test_a_flag_change_between_reads_keeps_any_order, an engine fix to come)
-        "freeze": f"{name} = model.transformer.h[{site}].mlp.c_fc.weight.requires_grad_(False)",
+        # a bare statement, as people write it: it changes no name, so later reads keep any order
+        # (test_spec_promises.py::test_a_flag_change_between_reads_keeps_any_order)
+        "freeze": f"model.transformer.h[{site}].mlp.c_fc.weight.requires_grad_(False)",
+        "freeze_bound": f"{name} = model.transformer.h[{site}].mlp.c_fc.weight.requires_grad_(False)",
         "gread": f"{name} = {site}.output.grad.clone().save()",
         "gmul": f"{site}.output.grad[:] *= {step.value}",
         "gmul_": f"{site}.output.grad.mul_({step.value})",
@@ -156,7 +155,7 @@ def plain(model, forward, backward, no_grad):
                 expected[f"v{index}"] = args[0].clone()
         return hook
 
-    frozen = [getattr(model.transformer.h[int(s.site)].mlp.c_fc, "weight") for s in forward if s.kind == "freeze"]
+    frozen = [model.transformer.h[int(s.site)].mlp.c_fc.weight for s in forward if s.kind.startswith("freeze")]
     flags = [(p, p.requires_grad) for p in frozen]
     for site in set(on_output) | set(on_grad):
         handles.append(eval(site, {"model": model}).register_forward_hook(forward_hook(site)))
@@ -230,7 +229,7 @@ def test_fuzzed_cells_leave_nothing_behind_and_equal_plain_pytorch(cell):
 
 def test_the_grammar_reaches_every_statement_kind():
     """The generator and its plain-PyTorch twin know every kind of step (a new kind needs both)."""
-    kinds = {"read", "save", "unsaved", "input", "mul", "slice", "replace", "freeze", "gread", "gmul", "gmul_",
-             "gslice", "raise", "badpath", "late"}
+    kinds = {"read", "save", "unsaved", "input", "mul", "slice", "replace", "freeze", "freeze_bound", "gread", "gmul",
+             "gmul_", "gslice", "raise", "badpath", "late"}
     for kind in kinds:
-        assert line(Step(kind, "model.lm_head" if kind != "freeze" else "0", 2.0, 1), 3)
+        assert line(Step(kind, "model.lm_head" if not kind.startswith("freeze") else "0", 2.0, 1), 3)
