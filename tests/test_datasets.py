@@ -9,6 +9,7 @@ from safetensors import safe_open
 
 import nbgrad
 from helpers import assert_clean, model_state
+from nbgrad.engine.run.cache import main_tensor
 
 PROMPTS = ["The Eiffel Tower is in the city of", "Hi", "A much longer prompt that talks about many different "
            "things, one after the other", "Paris", "The capital of Italy is", "x y"]
@@ -226,6 +227,36 @@ def test_out_writes_safetensors_and_a_second_run_computes_nothing(default_model,
         torch.testing.assert_close(again["last"][index], plain_run(model, prompt)[0], atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(again["pair"][index][1], again["last"][index] * 2)
     model.zero_grad(set_to_none=True)
+
+
+def test_out_writes_a_cache_and_gives_back_caches_equal_to_a_run_in_memory(default_model, tmp_path):
+    """`cache(...)` over a dataset, written to DIR: each example's Cache comes back (outputs, inputs and gradients,
+    a module's output kept once though the next module's input is the same tensor); the model's own key-value
+    cache object inside an output, which is no tensor, is left out."""
+    model = default_model
+    body = "c = cache(inputs=True, grads=True)\nmodel.lm_head.output[:, -1].max().backward()\n"
+    kept, stored = {"model": model}, {"model": model}
+    nbgrad.trace(model, None, body, kept, over=PROMPTS[:3], batch_size=2)
+    nbgrad.trace(model, None, body, stored, over=PROMPTS[:3], batch_size=2, out=tmp_path / "acts")
+    model.zero_grad(set_to_none=True)
+    for memory, disk in zip(kept["c"], stored["c"]):
+        assert isinstance(disk, nbgrad.Cache) and list(disk) == list(memory)
+        for part in ("_outputs", "_inputs", "_grads"):
+            want, got = getattr(memory, part), getattr(disk, part)
+            assert list(got) == list(want)
+            for path in want:
+                same = main_tensor(got[path]), main_tensor(want[path])
+                assert same[0] is None and same[1] is None or torch.equal(same[0], same[1].detach()), (part, path)
+        assert disk["transformer"]["cache"] is None and torch.equal(disk.stack("transformer.h.?"),
+                                                                   memory.stack("transformer.h.?").detach())
+    calls, handle = count_forward_calls(model)
+    try:
+        again = {"model": model}
+        nbgrad.trace(model, None, body, again, over=PROMPTS[:3], batch_size=2, out=tmp_path / "acts")
+    finally:
+        handle.remove()
+        model.zero_grad(set_to_none=True)
+    assert calls == [] and torch.equal(again["c"][2]["lm_head"], stored["c"][2]["lm_head"])
 
 
 def test_a_stopped_run_keeps_finished_batches_and_the_rerun_computes_only_the_rest(default_model, tmp_path):

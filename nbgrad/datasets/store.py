@@ -20,10 +20,12 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file, safe_open
 
+from ..engine.run.cache import Cache, Calls
 from ..errors import ArgumentError, NbgradError
 from ..errors.naming import a_or_an
 
 INDEX = "index.json"
+CACHE_PARTS = ("outputs", "inputs", "grads")      # what a Cache holds, each a dict by module path
 
 
 class Store:
@@ -71,9 +73,9 @@ class Store:
             for name in values:
                 if name not in self.names:
                     self.names.append(name)
-        _atomic(self._file(start), lambda path: save_file(
-            {key: tensor.contiguous() for key, tensor in tensors.items()}, str(path),
-            metadata={"layout": json.dumps(layout)}))
+        tensors, aliases = _unshared(tensors)
+        _atomic(self._file(start), lambda path: save_file(tensors, str(path), metadata={
+            "layout": json.dumps(layout), "aliases": json.dumps(aliases)}))
         self.batches[start] = len(per_example)
         if start in self.digests_asked:
             self.digests[start] = self.digests_asked.pop(start)
@@ -90,8 +92,11 @@ class Store:
         """[{name: value} per example] of the batch that starts at `start`."""
         path = self._file(start)
         with safe_open(str(path), framework="pt") as handle:      # one opening: the layout and the tensors
-            layout = json.loads(handle.metadata()["layout"])
+            metadata = handle.metadata()
             tensors = {key: handle.get_tensor(key) for key in handle.keys()}
+        for alias, key in json.loads(metadata.get("aliases", "{}")).items():
+            tensors[alias] = tensors[key]
+        layout = json.loads(metadata["layout"])
         return [{name: _unflatten(shape, tensors) for name, shape in values.items()} for values in layout]
 
     def _file(self, start: int) -> Path:
@@ -161,6 +166,26 @@ def _feed(hasher, value) -> None:
     hasher.update(b"\1")
 
 
+def _unshared(tensors: dict) -> tuple:
+    """(tensors, {key: the key of the same tensor}) as a file holds them: one tensor kept once (a cache holds a
+    module's output again as the next one's input), and views into one another's memory copied out (safetensors
+    writes each tensor's own bytes)."""
+    kept, aliases, first, storages = {}, {}, {}, {}
+    for key, tensor in tensors.items():
+        same = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape),
+                tuple(tensor.stride()), tensor.dtype)
+        if same in first:
+            aliases[key] = first[same]
+            continue
+        first[same] = key
+        kept[key] = tensor
+        storages.setdefault(same[0], []).append(key)
+    for keys in storages.values():
+        for key in keys:
+            kept[key] = kept[key].clone() if len(keys) > 1 else kept[key].contiguous()
+    return kept, aliases
+
+
 def _atomic(path: Path, write) -> None:
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -170,18 +195,26 @@ def _atomic(path: Path, write) -> None:
         temporary.unlink(missing_ok=True)
 
 
-def _flatten(value, key: str, tensors: dict):
-    """The value's shape for the metadata, its tensors put in `tensors` under paths from `key`."""
+def _flatten(value, key: str, tensors: dict, in_cache: bool = False):
+    """The value's shape for the metadata, its tensors put in `tensors` under paths from `key`. Inside a Cache, what
+    is no tensor, container or plain value (a model's key-value cache object in its output) is left out."""
     if isinstance(value, torch.Tensor):
         tensors[key] = value.detach().cpu()
         return {"tensor": key}
+    if isinstance(value, Cache):
+        parts = {part: _flatten(dict(getattr(value, "_" + part)), f"{key}/{part}", tensors, True)
+                 for part in CACHE_PARTS}
+        return {"cache": {"options": {name: bool(value.options.get(name)) for name in ("inputs", "grads")}, **parts}}
     if isinstance(value, (list, tuple)):
-        return {type(value).__name__: [_flatten(v, f"{key}/{i}", tensors) for i, v in enumerate(value)]}
+        kind = "calls" if isinstance(value, Calls) else type(value).__name__
+        return {kind: [_flatten(v, f"{key}/{i}", tensors, in_cache) for i, v in enumerate(value)]}
     if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        return {"dict": {k: _flatten(v, f"{key}/{k}", tensors) for k, v in value.items()}}
+        return {"dict": {k: _flatten(v, f"{key}/{k}", tensors, in_cache) for k, v in value.items()}}
     if value is None or isinstance(value, (bool, int, float, str)):
         return {"plain": value}
-    raise NbgradError(f"--out writes tensors (and lists / dicts of them, numbers, strings); "
+    if in_cache:
+        return {"omitted": type(value).__name__}
+    raise NbgradError(f"--out writes tensors (and lists / dicts of them, numbers, strings, caches); "
                       f"{key.split('/')[0]} holds {a_or_an(type(value).__name__)}")
 
 
@@ -189,9 +222,14 @@ def _unflatten(shape: dict, tensors: dict):
     kind, content = next(iter(shape.items()))
     if kind == "tensor":
         return tensors[content]
-    if kind in ("list", "tuple"):
+    if kind in ("list", "tuple", "calls"):
         values = [_unflatten(v, tensors) for v in content]
-        return values if kind == "list" else tuple(values)
+        return values if kind == "list" else tuple(values) if kind == "tuple" else Calls(values)
     if kind == "dict":
         return {k: _unflatten(v, tensors) for k, v in content.items()}
-    return content
+    if kind == "cache":
+        cache = Cache(content["options"])
+        for part in CACHE_PARTS:
+            setattr(cache, "_" + part, _unflatten(content[part], tensors))
+        return cache
+    return None if kind == "omitted" else content
