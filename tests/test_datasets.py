@@ -259,6 +259,25 @@ def test_out_writes_a_cache_and_gives_back_caches_equal_to_a_run_in_memory(defau
     assert calls == [] and torch.equal(again["c"][2]["lm_head"], stored["c"][2]["lm_head"])
 
 
+def test_out_gives_back_each_call_of_a_module_called_twice(tmp_path):
+    class Twice(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.lin(self.lin(x))
+    torch.manual_seed(0)
+    model, data = Twice(), [torch.randn(1, 4) for _ in range(3)]
+    kept, stored = {"model": model}, {"model": model}
+    nbgrad.trace(model, None, "c = cache('lin')", kept, over=data, batch_size=2)
+    nbgrad.trace(model, None, "c = cache('lin')", stored, over=data, batch_size=2, out=tmp_path)
+    for memory, disk in zip(kept["c"], stored["c"]):
+        assert type(disk["lin"]) is type(memory["lin"]) and len(disk["lin"]) == 2
+        assert all(torch.equal(a, b.detach()) for a, b in zip(disk["lin"], memory["lin"]))
+    torch.testing.assert_close(stored["c"][1]["lin"][1], model.lin(model.lin(data[1])).detach())
+
+
 def test_a_stopped_run_keeps_finished_batches_and_the_rerun_computes_only_the_rest(default_model, tmp_path):
     model = default_model
     body = "last = model.transformer.h[1].output[:, -1].save()\n"
