@@ -12,7 +12,7 @@ from ...errors import OrderError
 from .moduletree import compiled_inner
 from .stopping import StopRun, never_came_after_stop
 from .sites import NoSourceError, Site, SiteError
-from .skips import SkipGate, skipped_around
+from .skips import RowsSkipped, SkipGate, skipped_around
 from .targets import target_elements
 
 HOOKABLE = (nn.Module, Site, SkipGate)   # what has events: a module, a site inside a forward, a skip
@@ -88,7 +88,9 @@ class ForwardEvents:
         key = (id(module), use.kind)
         if key in self.live:
             value, invoke = request.value, task.node.spec.invoke
-            if invoke is not None:
+            if invoke is not None and type(module) is SkipGate:     # M.skip(v) in an invoke: v is M at its rows
+                value = RowsSkipped.add(self.values[key], self.runtime.rows, invoke, value)
+            elif invoke is not None:
                 value = self.runtime.rows.replace(self.values[key], invoke, value)
             self.last_replacement = (use, hints.shape_of(self.values[key]), hints.shape_of(value))
             self.values[key] = value

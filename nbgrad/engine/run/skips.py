@@ -10,7 +10,8 @@ from __future__ import annotations
 import types
 import weakref
 
-from torch import nn
+import torch
+from torch import Tensor, nn
 
 from ...errors import NbgradError
 
@@ -66,12 +67,47 @@ class SkipGate:
             replaced = hook(self, args, output)
             if replaced is not None:
                 output = replaced
+        if type(output) is RowsSkipped:         # invokes' skips, each its own rows
+            output, ran = output.whole(lambda: self._forward(module)(*args, **kwargs))
+            self.skipped = not ran
+            return output
         if output is not NOT_SKIPPED:
             self.skipped = True
             return output
+        return self._forward(module)(*args, **kwargs)
+
+    def _forward(self, module):
         before = self.given[0] if self.given is not None else ABSENT
-        forward = self.inner or (before if before is not ABSENT else types.MethodType(type(module).forward, module))
-        return forward(*args, **kwargs)
+        return self.inner or (before if before is not ABSENT else types.MethodType(type(module).forward, module))
+
+
+class RowsSkipped:
+    """`M.skip(v)` inside `with invoke(...)` blocks (and `--over` examples): each skipping invoke's `v` is M's
+    output at that invoke's rows. Made whole when the gate's event has been answered: the `v`s joined in row
+    order when every invoke skipped with a value of its own rows (M does not run), else M's output on the
+    batch with those rows replaced."""
+
+    def __init__(self, rows):
+        self.rows, self.values = rows, {}         # InvokeRows; invoke index -> its v
+
+    @classmethod
+    def add(cls, held, rows, invoke: int, value) -> "RowsSkipped":
+        """What the gate's event holds after an invoke's `M.skip(value)`."""
+        skipped = held if type(held) is cls else cls(rows)
+        skipped.values[invoke] = value
+        return skipped
+
+    def whole(self, run_module) -> tuple:
+        """(M's output for the batch, whether M ran)."""
+        spans = self.rows.spans
+        parts = [self.values.get(invoke) for invoke in range(len(spans))]
+        if all(isinstance(v, Tensor) and v.dim() and v.shape[0] == stop - start
+               for v, (start, stop) in zip(parts, spans)):
+            return torch.cat(parts), False
+        output = run_module()
+        for invoke, value in self.values.items():
+            output = self.rows.replace(output, invoke, value)
+        return output, True
 
 
 ABSENT = object()       # what `given` holds where the instance had no `forward` of its own
