@@ -5,6 +5,7 @@ A saved value is kept as a detached copy of the example's rows: the batch's auto
 are freed with the batch, so a run over thousands of examples holds only what the cell saved."""
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import torch
@@ -65,13 +66,22 @@ def at_example(error: BaseException, cell, runtime, examples: list, start: int) 
     where = (f"example {start + example} (INPUT {describe(examples[example])})" if example is not None else
              f"the batch of examples {start}-{start + len(examples) - 1}")
     if isinstance(error, NbgradError):
-        error.detail = f"{unprefixed(error.detail)} [in {where}]"
+        error.detail = f"{_cell_lines(unprefixed(error.detail), cell)} [in {where}]"
         error.args = (f"line {error.line}: {error.detail}" if error.line else error.detail,) + error.args[1:]
     elif isinstance(error, Exception):
         error.args = tuple(unprefixed(arg) if isinstance(arg, str) else arg for arg in error.args)
         line = _cell_frame_line(error, cell)
         error.add_note(f"nbgrad: raised by {where}" + (f", at line {line} of the cell" if line else ""))
     return error
+
+
+def _cell_lines(text: str, cell) -> str:
+    """A message's mentions of other lines (`the backward pass of line 6`) as lines of the cell, as its own line
+    is: the batch's program repeats the cell once per example."""
+    return _LINE.sub(lambda found: f"line {cell.cell_line(int(found.group(1)))[0]}", text)
+
+
+_LINE = re.compile(r"\bline (\d+)\b")
 
 
 def _located_input_error(error, model, tokenizer, invokes, examples: list, start: int) -> NbgradError:
