@@ -121,37 +121,42 @@ def test_an_interrupt_at_any_line_of_a_skip_cell_leaves_no_forward_and_no_hook()
 
 
 PROMPTS = ["The Eiffel Tower is in", "Hi", "A much longer prompt than the others"]
-SKIP_MLP = "model.transformer.h[1].mlp.skip(model.transformer.h[1].ln_2.output)\n"
+# (the skip, a module inside the skipped one): a tensor v, and a tuple v with None for the attention's weights
+ROW_SKIPS = [("model.transformer.h[1].mlp.skip(model.transformer.h[1].ln_2.output)\n", "mlp.c_fc"),
+             ("model.transformer.h[1].attn.skip((model.transformer.h[1].ln_1.output, None))\n", "attn.c_attn")]
 
 
-def alone(model, prompt, skip: bool):
+def alone(model, prompt, skip: str):
     ns = {"model": model}
-    nbgrad.trace(model, prompt, (SKIP_MLP if skip else "") + "x = model.lm_head.output[:, -1].save()", ns)
+    nbgrad.trace(model, prompt, skip + "x = model.lm_head.output[:, -1].save()", ns)
     return ns["x"]
 
 
-def test_each_example_over_a_dataset_skips_with_its_own_rows(default_model):
+@pytest.mark.parametrize("skip, inside", ROW_SKIPS)
+def test_each_example_over_a_dataset_skips_with_its_own_rows(default_model, skip, inside):
     """Each example's v is M's output at its rows of the padded batch, as if it ran alone (M does not run: every
     example skips)."""
     ns, called = {"model": default_model}, []
-    handle = default_model.transformer.h[1].mlp.c_fc.register_forward_hook(lambda *args: called.append(1))
+    handle = module_at(default_model, f"transformer.h[1].{inside}").register_forward_hook(lambda *a: called.append(1))
     try:
-        nbgrad.trace(default_model, None, SKIP_MLP + "x = model.lm_head.output[:, -1].save()", ns, over=PROMPTS,
+        nbgrad.trace(default_model, None, skip + "x = model.lm_head.output[:, -1].save()", ns, over=PROMPTS,
                      batch_size=3)
     finally:
         handle.remove()
     assert not called
     for prompt, value in zip(PROMPTS, ns["x"]):
-        torch.testing.assert_close(value, alone(default_model, prompt, skip=True), atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(value, alone(default_model, prompt, skip), atol=1e-4, rtol=1e-4)
     assert not [m for m in default_model.modules() if "forward" in vars(m)] and hook_count(default_model) == 0
 
 
-def test_an_invoke_that_skips_leaves_the_others_rows_to_the_module(default_model):
+@pytest.mark.parametrize("skip, inside", ROW_SKIPS)
+def test_an_invoke_that_skips_leaves_the_others_rows_to_the_module(default_model, skip, inside):
     """Only the second invoke skips: the module runs on the batch, and the other invokes' rows are its own."""
-    source = "".join(f"with invoke({prompt!r}):\n" + ("    " + SKIP_MLP if index == 1 else "")
+    source = "".join(f"with invoke({prompt!r}):\n" + ("    " + skip if index == 1 else "")
                      + f"    x{index} = model.lm_head.output[:, -1].save()\n" for index, prompt in enumerate(PROMPTS))
     ns = {"model": default_model}
     nbgrad.trace(default_model, None, source, ns)
     for index, prompt in enumerate(PROMPTS):
-        torch.testing.assert_close(ns[f"x{index}"], alone(default_model, prompt, skip=index == 1), atol=1e-4, rtol=1e-4)
+        expected = alone(default_model, prompt, skip if index == 1 else "")
+        torch.testing.assert_close(ns[f"x{index}"], expected, atol=1e-4, rtol=1e-4)
     assert not [m for m in default_model.modules() if "forward" in vars(m)] and hook_count(default_model) == 0

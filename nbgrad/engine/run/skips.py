@@ -100,14 +100,40 @@ class RowsSkipped:
     def whole(self, run_module) -> tuple:
         """(M's output for the batch, whether M ran)."""
         spans = self.rows.spans
-        parts = [self.values.get(invoke) for invoke in range(len(spans))]
-        if all(isinstance(v, Tensor) and v.dim() and v.shape[0] == stop - start
-               for v, (start, stop) in zip(parts, spans)):
-            return torch.cat(parts), False
+        if len(self.values) == len(spans):
+            joined = _joined([self.values[invoke] for invoke in range(len(spans))], spans)
+            if joined is not _APART:
+                return joined, False
         output = run_module()
         for invoke, value in self.values.items():
-            output = self.rows.replace(output, invoke, value)
+            output = self._replaced(output, invoke, value)
         return output, True
+
+    def _replaced(self, output, invoke: int, value):
+        """M's batch output with the invoke's rows from `value`; where `value` holds None (`(v, None)` for an
+        attention's weights), the batch keeps M's own: a batch has no None for some rows only."""
+        if value is None:
+            return output
+        if type(output) in (tuple, list) and type(value) in (tuple, list) and len(value) == len(output):
+            return type(output)(self._replaced(o, invoke, v) for o, v in zip(output, value))
+        return self.rows.replace(output, invoke, value)
+
+
+_APART = object()          # what `_joined` gives for values it cannot join into one batch value
+
+
+def _joined(parts: list, spans: list):
+    """One batch value of the invokes' values, in row order: tensors of their invoke's rows concatenated, tuples
+    and lists joined element by element, None where each is None; else _APART."""
+    if all(isinstance(v, Tensor) and v.dim() and v.shape[0] == stop - start for v, (start, stop) in zip(parts, spans)):
+        return torch.cat(parts)
+    if all(part is None for part in parts):
+        return None
+    kind = type(parts[0])
+    if kind in (tuple, list) and all(type(p) is kind and len(p) == len(parts[0]) for p in parts):
+        elements = [_joined([part[i] for part in parts], spans) for i in range(len(parts[0]))]
+        return _APART if any(e is _APART for e in elements) else kind(elements)
+    return _APART
 
 
 ABSENT = object()       # what `given` holds where the instance had no `forward` of its own
