@@ -57,11 +57,13 @@ def test_skip_with_a_value_from_inside_the_module_or_after_it_is_too_late(value)
     """The message speaks of the skip as the cell wrote it, not of the gate's output it compiles to."""
     model = FAMILIES["gpt2"][0]()
     with pytest.raises(nbgrad.OrderError) as caught:
-        nbgrad.trace(model, FAMILIES["gpt2"][4], f"model.transformer.h[0].mlp.skip({value})", namespace={"model": model})
+        nbgrad.trace(model, FAMILIES["gpt2"][4], f"model.transformer.h[0].mlp.skip({value})",
+                     namespace={"model": model})
     message = str(caught.value)
     assert message.startswith("line 1: model.transformer.h[0].mlp.skip(...) comes too late: its value takes the place "
                               "of the call of model.transformer.h[0].mlp, so it must exist before")
-    assert f"could only run once {value.split('[..')[0]} (this line) existed" in message and "skip.output" not in message
+    assert f"could only run once {value.split('[..')[0]} (this line) existed" in message
+    assert "skip.output" not in message
     assert not [m for m in model.modules() if "forward" in vars(m)] and hook_count(model) == 0
 
 

@@ -115,7 +115,8 @@ def _event_arrows(graph: dict, event_y: dict, node_y: dict, box: int) -> list:
     for event, index in _waits(graph):
         colour = phase_colour("backward pass 0" if event.endswith(".grad") else "forward")
         y1, y2 = event_y[event] + EVENT_H // 2, node_y[index] + box // 2
-        arrows.append(f'<path class="nbg-wait" data-event="{escape(event)}" data-node="{index}" d="M{EVENT_X + EVENT_W},{y1} C{EVENT_X + EVENT_W + 25},{y1} '
+        arrows.append(f'<path class="nbg-wait" data-event="{escape(event)}" data-node="{index}" '
+                      f'd="M{EVENT_X + EVENT_W},{y1} C{EVENT_X + EVENT_W + 25},{y1} '
                       f'{STATEMENT_X - 35},{y2} {STATEMENT_X - 8},{y2} H{STATEMENT_X}" fill="none" '
                       f'stroke="{colour}" marker-end="url(#arrow)"/>')
     return arrows
