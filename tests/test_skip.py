@@ -162,3 +162,12 @@ def test_an_invoke_that_skips_leaves_the_others_rows_to_the_module(default_model
         expected = alone(default_model, prompt, skip if index == 1 else "")
         torch.testing.assert_close(ns[f"x{index}"], expected, atol=1e-4, rtol=1e-4)
     assert not [m for m in default_model.modules() if "forward" in vars(m)] and hook_count(default_model) == 0
+
+
+def test_the_hook_graph_text_names_a_skip_as_the_cell_writes_it():
+    model = FAMILIES["gpt2"][0]()
+    text = nbgrad.trace(model, FAMILIES["gpt2"][4], "model.transformer.h[0].mlp.skip(model.transformer.h[0].ln_2.output)",
+                        namespace={"model": model}, graph=True).graph.to_text()
+    assert "  model.transformer.h[0].mlp.skip(...)  [the module's forward, in place for the run]  line 1\n" in text
+    assert "waits for: model.transformer.h[0].ln_2.output, model.transformer.h[0].mlp.skip(...)\n" in text
+    assert "model.transformer.h[0].mlp.skip(...) -> node 0" in text and "skip.output" not in text

@@ -18,6 +18,10 @@ class EventUse:
     def describe(self) -> str:
         return f"{self.target}.{self.kind}"
 
+    def as_written(self) -> str:
+        """The use as the cell writes it: `X.skip(...)` for a skip (describe() names the gate's event)."""
+        return f"{self.target}(...)" if self.skip else self.describe()
+
 
 # What a statement that reads a cache and waits for no event waits for instead (Node.after), in words
 CACHE_WAITS = {"forward": "after the forward pass (it reads a cache, whole only then)",
@@ -83,6 +87,10 @@ class HookGraph:
         if not seen and not self.caches:
             lines.append("  (none: the model runs with no hooks)")
         for (kind, target), uses in seen.items():
+            if uses[0].skip:          # `X.skip(v)`: X's forward answers with v while the cell runs
+                how = ", ".join(f"line {u.line}" for u in uses)
+                lines.append(f"  {target}(...)  [the module's forward, in place for the run]  {how}")
+                continue
             hook = "tensor hook" if kind == "grad" else (
                 "forward pre-hook" if kind in ("input", "inputs") else "forward hook")
             how = ", ".join(f"line {u.line} {'writes' if u.write else 'reads'}" for u in uses)
@@ -108,7 +116,7 @@ class HookGraph:
     def _node_lines(self, node: Node) -> list:
         """A statement in `to_text`: its line, and what it waits for."""
         lines = [f"  node {node.index} (line {node.line}): {node.source.splitlines()[0]}"]
-        needs = [f"{e.describe()}" for e in node.events]
+        needs = [e.as_written() for e in node.events]
         after = [f"node {d} (line {self.nodes[d].line})" for d in node.deps]
         if needs:
             lines.append(f"      waits for: {', '.join(dict.fromkeys(needs))}")
@@ -126,7 +134,7 @@ class HookGraph:
         """`event -> node` where a node waits for an event, `node -> node` where one needs another's names."""
         found = []
         for node in self.nodes:
-            for event in dict.fromkeys(e.describe() for e in node.events):
+            for event in dict.fromkeys(e.as_written() for e in node.events):
                 found.append(f"{event} -> node {node.index}")
             for dep in node.deps:
                 found.append(f"node {dep} -> node {node.index}")
