@@ -36,6 +36,18 @@ def test_an_unknown_site_lists_the_nearest_names():
     assert_clean(model, forwards)
 
 
+def test_a_softmax_asked_of_an_attention_module_points_at_its_attention_function():
+    model, ids = fresh()
+    forwards = class_forwards(model)
+    with pytest.raises(nbgrad.NbgradError) as caught:
+        nbgrad.trace(model, ids, "p = model.transformer.h[0].attn.source.softmax_0.output.save()",
+                     namespace={"model": model})
+    assert str(caught.value).endswith("The attention pattern is computed in the function attention_interface_1 calls: "
+                                      "attention_interface_1.source.nn_functional_softmax_0 (with "
+                                      "attn_implementation=\"eager\")")
+    assert_clean(model, forwards)
+
+
 def test_an_unknown_inner_site_lists_the_callees_names():
     model, ids = fresh()
     forwards = class_forwards(model)

@@ -32,6 +32,15 @@ def attention_hint(called: str) -> str:
     return ""
 
 
+def _pattern_hint(name: str, names) -> str:
+    """A softmax asked of an attention module: the pattern is computed in the function it calls."""
+    calls = [site for site in names if site.startswith("attention_interface")]
+    if "softmax" not in name or not calls:
+        return ""
+    return (f". The attention pattern is computed in the function {calls[-1]} calls: "
+            f"{calls[-1]}.source.nn_functional_softmax_0 (with attn_implementation=\"eager\")")
+
+
 def nearest(name: str, names) -> str:
     close = difflib.get_close_matches(name, list(names), n=6, cutoff=0.5)
     return ", ".join(close or list(names)[:12]) or "(none)"
@@ -158,7 +167,7 @@ class ModuleSource(SiteTable):
             raise AttributeError(name)
         if name not in self.names:
             raise SiteError(f"{self.label} has no site {name!r}; nearest: {nearest(name, self.names)}. "
-                            f"`%source` lists them all")
+                            f"`%source` lists them all{_pattern_hint(name, self.names)}")
         return self.site(name)
 
     def __dir__(self):
