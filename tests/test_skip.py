@@ -171,3 +171,15 @@ def test_the_hook_graph_text_names_a_skip_as_the_cell_writes_it():
     assert "  model.transformer.h[0].mlp.skip(...)  [the module's forward, in place for the run]  line 1\n" in text
     assert "waits for: model.transformer.h[0].ln_2.output, model.transformer.h[0].mlp.skip(...)\n" in text
     assert "model.transformer.h[0].mlp.skip(...) -> node 0" in text and "skip.output" not in text
+
+
+@pytest.mark.parametrize("cell", ["y = model.transformer.h[0].mlp.skip(model.transformer.h[0].ln_2.output)",
+                                  "model.transformer.h[0].mlp.skip()",
+                                  "model.transformer.h[0].mlp.skip(v=model.transformer.h[0].ln_2.output)"])
+def test_skip_written_other_than_as_a_statement_says_how_to_write_it(cell):
+    model = FAMILIES["gpt2"][0]()
+    with pytest.raises(AttributeError, match="'GPT2MLP' object has no attribute 'skip'") as caught:
+        nbgrad.trace(model, FAMILIES["gpt2"][4], cell, namespace={"model": model})
+    assert "nbgrad: `M.skip(v)` is a statement of its own: a line that is only `M.skip(v)`, with one value v" in \
+        "\n".join(caught.value.__notes__)
+    assert not [m for m in model.modules() if "forward" in vars(m)] and hook_count(model) == 0

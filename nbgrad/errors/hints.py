@@ -13,6 +13,7 @@ from .naming import a_or_an
 
 MODULE_EVENTS = ("output", "input", "inputs")
 _NO_EVENT = re.compile(r"'(\w+)' object has no attribute '(output|inputs|input)'")
+_NO_SKIP = re.compile(r"'(\w+)' object has no attribute 'skip'")
 
 
 def add_hints(error: BaseException, events) -> None:
@@ -20,8 +21,8 @@ def add_hints(error: BaseException, events) -> None:
     its reads (the runtime's ForwardEvents, or a direct run), with what they returned of note."""
     if not isinstance(error, Exception) or getattr(error, "_nbgrad_hinted", False):
         return
-    hints = [_event_outside_the_cell(error), _tuple_as_tensor(error, events.tuple_reads),
-             _not_a_tensor(error, events.other_reads),
+    hints = [_event_outside_the_cell(error), _skip_not_a_statement(error),
+             _tuple_as_tensor(error, events.tuple_reads), _not_a_tensor(error, events.other_reads),
              _after_a_replacement(error, events.last_replacement)]
     for hint in filter(None, hints):
         error.add_note(f"nbgrad: {hint}")
@@ -40,6 +41,14 @@ def _event_outside_the_cell(error) -> str | None:
             f"with the plain functions (defined at the top level of this cell or an earlier one) that the cell "
             f"calls directly. This one was read inside a function called some other way (passed to map or a "
             f"library, or called by another function): read it in the cell and pass the value to the function")
+
+
+def _skip_not_a_statement(error) -> str | None:
+    """`M.skip` written some other way than the statement `M.skip(v)`: a module has no `skip` of its own."""
+    if not isinstance(error, AttributeError) or _NO_SKIP.search(str(error)) is None:
+        return None
+    return ("`M.skip(v)` is a statement of its own: a line that is only `M.skip(v)`, with one value v, which M's "
+            "output becomes while M does not run (not `y = M.skip(v)`, nor `skip(v=...)`)")
 
 
 def _tuple_as_tensor(error, tuple_reads: dict) -> str | None:
