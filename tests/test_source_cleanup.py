@@ -48,6 +48,34 @@ def test_a_softmax_asked_of_an_attention_module_points_at_its_attention_function
     assert_clean(model, forwards)
 
 
+@pytest.mark.parametrize("cell, says", [
+    ("x = model.transformer.h.source.output", "line 1: ModuleList.source has no site 'output'"),
+    ("x = 1\nx = model.transformer.h[0].attn.source.self_c_attn_1.source.x.output.save()",
+     "line 2: GPT2Attention.source.self_c_attn_1.source: self_c_attn_1 calls a module (Conv1D); use that module's "
+     "own `.source`"),
+])
+def test_a_site_error_names_the_line(cell, says):
+    """Raised by the cell's own code (a name read of a source), or inside the model (a call site's callee, known when
+    it is called): either way at the cell's line."""
+    model, ids = fresh()
+    forwards = class_forwards(model)
+    with pytest.raises(nbgrad.NbgradError) as caught:
+        nbgrad.trace(model, ids, cell, namespace={"model": model})
+    assert str(caught.value).startswith(says)
+    assert_clean(model, forwards)
+
+
+def test_a_source_answers_hasattr_and_getattr_with_a_default():
+    """An unknown name is also an AttributeError: whatever probes a source (a display, `hasattr`) gets its answer."""
+    model, ids = fresh()
+    namespace = {"model": model}
+    nbgrad.trace(model, ids, "s = model.transformer.h[0].mlp.source\nx = s.self_c_fc_0.output.save()", namespace)
+    source = namespace["s"]
+    assert not hasattr(source, "shape") and getattr(source, "shape", "none") == "none"
+    with pytest.raises(nbgrad.NbgradError, match="GPT2MLP.source has no site 'shape'"):
+        source.shape
+
+
 def test_an_unknown_inner_site_lists_the_callees_names():
     model, ids = fresh()
     forwards = class_forwards(model)

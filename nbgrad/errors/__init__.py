@@ -87,18 +87,32 @@ def cell_traceback(tb: types.TracebackType | None) -> types.TracebackType | None
     return trimmed
 
 
-def located(error: BaseException, uses) -> BaseException:
-    """An nbgrad error raised inside the model about a path of the cell (`error.path`, e.g. a site of a callee,
-    known only when it is called) with no line: the same error at the line of the first use naming it."""
-    path = getattr(error, "path", None)
-    if not isinstance(error, NbgradError) or error.line is not None or path is None:
+def located(error: BaseException, uses, filename: str | None = None) -> BaseException:
+    """An nbgrad error with no line: raised inside the model about a path of the cell (`error.path`, e.g. a site
+    of a callee, known only when it is called), the same error at the line of the first use naming it; raised by
+    the cell's own code (an unknown site, `M.source.NAME`), at the cell's line it came from (`filename`'s)."""
+    if not isinstance(error, NbgradError) or error.line is not None:
         return error
-    line = next((use.line for use in uses if path + "." in use.target + "."), None)
+    path = getattr(error, "path", None)
+    if path is not None:
+        line = next((use.line for use in uses if path + "." in use.target + "."), None)
+    else:
+        line = _line_in(error.__traceback__, filename)
     if line is None:
         return error
     found = type(error)(error.detail, line)
     found.__cause__, found.__suppress_context__ = error.__cause__, True
     return found
+
+
+def _line_in(tb, filename: str | None) -> int | None:
+    """The last line of `filename` (a compiled cell) the traceback passes through."""
+    line = None
+    while tb is not None and filename is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
 
 
 def for_the_cell(error: BaseException) -> BaseException:

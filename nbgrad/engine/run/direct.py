@@ -178,7 +178,7 @@ class DirectRun(DirectEvents, CellState):
                           self.gradients.sources if self.gradients is not None else None)
 
     def _for_the_cell(self, error: BaseException) -> BaseException:
-        error = located(error, self.uses)
+        error = located(error, self.uses, self.program.filename)
         hints.add_hints(error, self)
         error.nbgrad_graph = run_graph(self.program, self.timeline, self.failed)
         return for_the_cell(error)

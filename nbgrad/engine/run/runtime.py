@@ -173,7 +173,7 @@ class Runtime:
                 self._exit()         # idempotent
 
     def _for_the_cell(self, error: BaseException) -> BaseException:
-        error = located(error, self.program.uses)
+        error = located(error, self.program.uses, self.program.filename)
         hints.add_hints(error, self.forward)
         try:
             error.nbgrad_graph = self.graph()      # what ran, and which statement failed

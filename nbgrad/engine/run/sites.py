@@ -24,6 +24,11 @@ class SiteError(NbgradError, LookupError):
     """A site name the forward does not have, or a site that cannot be used the way the cell asks."""
 
 
+class SiteNameError(SiteError, AttributeError):
+    """`M.source.NAME` for a NAME M's forward has no site of: an AttributeError as well, so that `hasattr` and
+    `getattr(..., default)` answer of a source as of any object."""
+
+
 def attention_hint(called: str) -> str:
     """A fused attention function (sdpa, flash) has no softmax of its own: the pattern is in the eager one."""
     if "sdpa" in called or "flash" in called:
@@ -166,8 +171,8 @@ class ModuleSource(SiteTable):
         if name.startswith("_") and name not in self.names:
             raise AttributeError(name)
         if name not in self.names:
-            raise SiteError(f"{self.label} has no site {name!r}; nearest: {nearest(name, self.names)}. "
-                            f"`%source` lists them all{_pattern_hint(name, self.names)}")
+            raise SiteNameError(f"{self.label} has no site {name!r}; nearest: {nearest(name, self.names)}. "
+                              f"`%source` lists them all{_pattern_hint(name, self.names)}")
         return self.site(name)
 
     def __dir__(self):
@@ -227,8 +232,10 @@ class CalleeSource(SiteTable):
     def opened(self, callee):
         """The callee with its sites routed through this table (built once per function)."""
         if isinstance(callee, nn.Module):
-            raise SiteError(f"{self.label}: {self.parent.name} calls a module ({type(callee).__name__}); use that "
-                            f"module's own `.source`")
+            error = SiteError(f"{self.label}: {self.parent.name} calls a module ({type(callee).__name__}); use that "
+                              f"module's own `.source`")
+            error.path = f".{self.parent.name}.source"     # how the cell's line names it
+            raise error
         if callee is bind:
             siblings = [name for name in self.parent.table.names if name.rsplit("_", 1)[0] ==
                         self.parent.name.rsplit("_", 1)[0] and name != self.parent.name]
