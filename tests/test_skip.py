@@ -183,3 +183,15 @@ def test_skip_written_other_than_as_a_statement_says_how_to_write_it(cell):
     assert "nbgrad: `M.skip(v)` is a statement of its own: a line that is only `M.skip(v)`, with one value v" in \
         "\n".join(caught.value.__notes__)
     assert not [m for m in model.modules() if "forward" in vars(m)] and hook_count(model) == 0
+
+
+def test_an_invoke_skips_its_rows_of_a_skip_the_whole_batch_made(default_model):
+    """A skip outside the blocks gives the batch its v; a later skip inside an invoke replaces that invoke's rows."""
+    whole, own = ROW_SKIPS[0][0], ROW_SKIPS[0][0].replace(".output)", ".output * 3)")
+    source = (whole + f"with invoke({PROMPTS[0]!r}):\n    {own}    x0 = model.lm_head.output[:, -1].save()\n"
+              f"with invoke({PROMPTS[1]!r}):\n    x1 = model.lm_head.output[:, -1].save()\n")
+    ns = {"model": default_model}
+    nbgrad.trace(default_model, None, source, ns)
+    torch.testing.assert_close(ns["x0"], alone(default_model, PROMPTS[0], own), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(ns["x1"], alone(default_model, PROMPTS[1], whole), atol=1e-4, rtol=1e-4)
+    assert not [m for m in default_model.modules() if "forward" in vars(m)] and hook_count(default_model) == 0

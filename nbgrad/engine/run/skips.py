@@ -93,6 +93,8 @@ class RowsSkipped:
     @classmethod
     def add(cls, held, rows, invoke: int, value) -> "RowsSkipped":
         """What the gate's event holds after an invoke's `M.skip(value)`."""
+        if held is not NOT_SKIPPED and type(held) is not cls:   # a statement outside the blocks skipped the batch
+            return rows.replace(held, invoke, value)
         skipped = held if type(held) is cls else cls(rows)
         skipped.values[invoke] = value
         return skipped
