@@ -76,3 +76,17 @@ def test_stop_in_generate_says_what_to_use(tiny):
     with pytest.raises(nbgrad.NbgradError, match="--max-new-tokens"):
         nbgrad.generate(tiny, IDS, "stop()", max_new_tokens=2)
     assert_clean(tiny, before)
+
+
+def test_stop_in_one_invoke_says_it_ended_the_run_of_every_invoke(tiny):
+    before = model_state(tiny)
+    """The invokes are one batch and one model call: another invoke's later read cannot come, and the message says
+    why, naming the stop's line."""
+    source = ("with invoke(torch.tensor([[5, 9, 2]])):\n    x = model.transformer.h[0].output.save()\n    stop()\n"
+              "with invoke(torch.tensor([[7, 1, 3]])):\n    y = model.transformer.h[1].output.save()\n")
+    with pytest.raises(nbgrad.OrderError) as caught:
+        nbgrad.trace(tiny, None, source, {"model": tiny, "torch": torch})
+    assert str(caught.value).startswith("line 5: model.transformer.h[1].output never came: stop() at line 3 ended the "
+                                        "model run (for the whole batch: every invoke runs in that one call) before "
+                                        "model.transformer.h[1] ran")
+    assert_clean(tiny, before)

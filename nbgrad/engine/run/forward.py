@@ -102,7 +102,7 @@ class ForwardEvents:
     def _wait_for(self, module, key, task, request, use):
         if self.done and self.runtime.stopped_at is not None:
             raise never_came_after_stop(use, diagnose.module_path(self.runtime.model, module) or use.target,
-                                        self.runtime.stopped_at)
+                                        self.runtime.stopped_at, self.runtime.rows is not None)
         if self.done:
             raise OrderError(diagnose.never_ran(use, module, self.runtime.model, after_forward=True), use.line)
         if self.hook(module, use.kind) and self.model_running:
@@ -146,7 +146,7 @@ class ForwardEvents:
         module = self.resolve(request.module, request.use)
         if self.runtime.stopped_at is not None:
             return never_came_after_stop(use, diagnose.module_path(self.runtime.model, module) or use.target,
-                                         self.runtime.stopped_at)
+                                         self.runtime.stopped_at, self.runtime.rows is not None)
         if isinstance(module, Site) and module.table.reached(module) is False:
             return OrderError(diagnose.site_not_reached(use, f"{module.table.label}.{module.name}"), use.line)
         late = (id(module), use.kind) in self.late_hooks

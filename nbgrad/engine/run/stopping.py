@@ -21,7 +21,9 @@ def request_stop(runtime, line: int) -> None:
         runtime.forward.stopping = True
 
 
-def never_came_after_stop(use, module_text: str, stop_line: int) -> OrderError:
-    return OrderError(f"{use.target}.{use.kind} never came: stop() at line {stop_line} ended the model run "
+def never_came_after_stop(use, module_text: str, stop_line: int, invokes: bool = False) -> OrderError:
+    """`invokes`: the run is one batch of several invokes, which a stop() in any of them ends for all."""
+    batch = " (for the whole batch: every invoke runs in that one call)" if invokes else ""
+    return OrderError(f"{use.target}.{use.kind} never came: stop() at line {stop_line} ended the model run{batch} "
                       f"before {module_text} ran. Read it before stopping, or move stop() after the "
                       f"statements that need it", use.line)
