@@ -179,3 +179,12 @@ def test_grad_of_a_module_or_a_site_names_the_gradient_it_means(model, ids):
           "the site GPT2Attention.source.self_c_attn_1 has no attribute 'outptu': a site has .output")
     from nbgrad.engine.run.sites import Site
     assert not hasattr(Site.__new__(Site), "output")       # one with no fields yet (a copy being made): no recursion
+
+
+@pytest.mark.parametrize("cell, name", [("x = cache", "cache"), ("f = stop\nf()", "stop")])
+def test_cache_or_stop_used_as_a_value_says_it_is_a_call(model, ids, cell, name):
+    before = model_state(model)
+    with pytest.raises(NameError, match=f"name '{name}' is not defined") as caught:
+        nbgrad.trace(model, ids, cell, {"model": model})
+    assert f"nbgrad: `{name}` is a call a %%trace body makes where it is needed" in "\n".join(caught.value.__notes__)
+    assert_clean(model, before)

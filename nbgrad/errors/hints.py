@@ -14,6 +14,7 @@ from .naming import a_or_an
 MODULE_EVENTS = ("output", "input", "inputs")
 _NO_EVENT = re.compile(r"'(\w+)' object has no attribute '(output|inputs|input)'")
 _NO_SKIP = re.compile(r"'(\w+)' object has no attribute 'skip'")
+_CALLED_ONLY = ("cache", "stop")      # names a body has only as calls (compile/rewrite.py, RUNTIME_CALLS)
 
 
 def add_hints(error: BaseException, events) -> None:
@@ -21,7 +22,7 @@ def add_hints(error: BaseException, events) -> None:
     its reads (the runtime's ForwardEvents, or a direct run), with what they returned of note."""
     if not isinstance(error, Exception) or getattr(error, "_nbgrad_hinted", False):
         return
-    hints = [_event_outside_the_cell(error), _skip_not_a_statement(error),
+    hints = [_event_outside_the_cell(error), _skip_not_a_statement(error), _not_called(error),
              _tuple_as_tensor(error, events.tuple_reads), _not_a_tensor(error, events.other_reads),
              _after_a_replacement(error, events.last_replacement)]
     for hint in filter(None, hints):
@@ -49,6 +50,15 @@ def _skip_not_a_statement(error) -> str | None:
         return None
     return ("`M.skip(v)` is a statement of its own: a line that is only `M.skip(v)`, with one value v, which M's "
             "output becomes while M does not run (not `y = M.skip(v)`, nor `skip(v=...)`)")
+
+
+def _not_called(error) -> str | None:
+    """`cache` or `stop` used as a value: a body has them only as calls."""
+    name = getattr(error, "name", None)
+    if not isinstance(error, NameError) or name not in _CALLED_ONLY:
+        return None
+    return (f"`{name}` is a call a %%trace body makes where it is needed (`c = cache(...)`, `stop()`), not a name it "
+            f"can pass around")
 
 
 def _tuple_as_tensor(error, tuple_reads: dict) -> str | None:
