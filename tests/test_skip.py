@@ -195,3 +195,15 @@ def test_an_invoke_skips_its_rows_of_a_skip_the_whole_batch_made(default_model):
     torch.testing.assert_close(ns["x0"], alone(default_model, PROMPTS[0], own), atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(ns["x1"], alone(default_model, PROMPTS[1], whole), atol=1e-4, rtol=1e-4)
     assert not [m for m in default_model.modules() if "forward" in vars(m)] and hook_count(default_model) == 0
+
+
+def test_skip_with_a_value_of_the_wrong_form_in_invokes_says_what_v_is(default_model):
+    """The note speaks of the invoke's own v, not of what the gate collects from every invoke."""
+    source = "".join(f"with invoke({prompt!r}):\n    model.transformer.h[1].mlp.skip(torch.zeros(2))\n"
+                     for prompt in PROMPTS[:2])
+    with pytest.raises(RuntimeError) as caught:
+        nbgrad.trace(default_model, None, source, {"model": default_model, "torch": torch})
+    notes = "\n".join(caught.value.__notes__)
+    assert "skipped model.transformer.h[1].mlp with `.skip(v)`, v a tensor of shape (2,)" in notes
+    assert "RowsSkipped" not in notes
+    assert not [m for m in default_model.modules() if "forward" in vars(m)] and hook_count(default_model) == 0

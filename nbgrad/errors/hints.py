@@ -89,7 +89,7 @@ def _after_a_replacement(error, replacement) -> str | None:
     if replacement is None or not isinstance(error, (RuntimeError, ValueError, IndexError, TypeError)):
         return None
     use, before, after = replacement
-    if use.target.endswith(".skip") and use.kind == "output" and before == "NoneType":
+    if use.skip:           # the gate's event held nothing (or, in invokes, the other invokes' values) before v
         module = use.target[:-len(".skip")]
         given = f"a tensor of shape {after}" if isinstance(after, tuple) else a_or_an(after)
         return (f"line {use.line} skipped {module} with `.skip(v)`, v {given}, and the model failed after that: "

@@ -92,7 +92,8 @@ class ForwardEvents:
                 value = RowsSkipped.add(self.values[key], self.runtime.rows, invoke, value)
             elif invoke is not None:
                 value = self.runtime.rows.replace(self.values[key], invoke, value)
-            self.last_replacement = (use, hints.shape_of(self.values[key]), hints.shape_of(value))
+            shown = request.value if use.skip else value      # a skip's own v, not the invokes' values it joins
+            self.last_replacement = (use, hints.shape_of(self.values[key]), hints.shape_of(shown))
             self.values[key] = value
             return True, None
         if key in self.values:
