@@ -14,6 +14,7 @@ import {
 import { Kernel } from '@jupyterlab/services';
 import { treeViewIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
+import { el } from './dom';
 import { isSitesReply, showSites } from './sites';
 
 export interface IModuleNode {
@@ -36,17 +37,6 @@ const EAGER_NODES = 200;
 
 function size(node: IModuleNode): number {
   return 1 + node.children.reduce((total, child) => total + size(child), 0);
-}
-
-function el(tag: string, cls?: string, text?: string): HTMLElement {
-  const node = document.createElement(tag);
-  if (cls) {
-    node.className = cls;
-  }
-  if (text !== undefined) {
-    node.textContent = text;
-  }
-  return node;
 }
 
 function count(n: number): string {
@@ -173,6 +163,7 @@ export class ModelExplorer extends Widget {
       return;
     }
     this.say(`${models.length} model${models.length > 1 ? 's' : ''} — click a module to insert its path`);
+    this.keepOpened();
     this.tree.replaceChildren(
       ...models.map(model => this.branch(model, true, size(model) <= EAGER_NODES))
     );
@@ -250,7 +241,15 @@ export class ModelExplorer extends Widget {
     return details;
   }
 
-  // Branches the user opened stay open when the tree is rebuilt after a cell.
+  // Branches the user opened stay open when the tree is rebuilt after a cell. The tree as it stands is read
+  // before each rebuild: a 'toggle' event comes a task after the branch opened, and a reply from the
+  // kernel can come between the two.
+  private keepOpened(): void {
+    this.tree.querySelectorAll<HTMLDetailsElement>('details.nbgrad-branch').forEach(details => {
+      this.remember(details.dataset.path ?? '', details.open);
+    });
+  }
+
   private remember(path: string, open: boolean): void {
     if (open) {
       this.opened.add(path);

@@ -1,5 +1,6 @@
 // The sites of one module's forward in the sidebar: asked for with the "sites" button of a module row,
 // listed under that row; clicking a site inserts `PATH.source.NAME.output` at the cursor.
+import { el } from './dom';
 
 export interface ISitesReply {
   reply: 'sites';
@@ -15,30 +16,21 @@ export function isSitesReply(data: any): data is ISitesReply {
 
 // The list to put under the module's row (every string as text, never markup).
 export function sitesList(data: ISitesReply, insert: (text: string) => void): HTMLElement {
-  const list = document.createElement('div');
-  list.className = 'nbgrad-sites';
+  const list = el('div', 'nbgrad-sites');
   list.dataset.path = data.path;
   if (data.error) {
-    const note = document.createElement('div');
-    note.className = 'nbgrad-note';
-    note.textContent = `no sites: ${String(data.error)}`;
-    list.appendChild(note);
+    list.appendChild(el('div', 'nbgrad-note', `no sites: ${String(data.error)}`));
     return list;
   }
   for (const name of Array.isArray(data.sites) ? data.sites : []) {
-    const button = document.createElement('button');
+    const button = el('button', 'nbgrad-site', String(name)) as HTMLButtonElement;
     button.type = 'button';
-    button.className = 'nbgrad-site';
-    button.textContent = String(name);
     button.title = `insert ${data.path}.source.${name}.output`;
     button.addEventListener('click', () => insert(`${data.path}.source.${name}.output`));
     list.appendChild(button);
   }
   if (data.truncated) {
-    const note = document.createElement('div');
-    note.className = 'nbgrad-note';
-    note.textContent = '… more sites not listed (%source lists them all)';
-    list.appendChild(note);
+    list.appendChild(el('div', 'nbgrad-note', '… more sites not listed (%source lists them all)'));
   }
   return list;
 }

@@ -1,6 +1,6 @@
 """The sidebar on a 32-block model: it opens with only the top of the tree built, builds a branch when
 it is first opened, and keeps opened branches open when the tree is refreshed after a cell."""
-from labtools import open_notebook, run_command, screenshot, wait_for_kernel_idle, write_notebook
+from labtools import TOKEN, open_notebook, run_command, screenshot, wait_for_kernel_idle, write_notebook
 
 SETUP = ("%load_ext nbgrad\n"
          "from transformers import LlamaConfig, LlamaForCausalLM\n"
@@ -53,3 +53,25 @@ def test_a_32_block_model_opens_lazily_and_keeps_open_branches(lab, lab_root, pa
                            ".getSource() === 'model.model.layers[31].mlp.output'", timeout=10_000)
     screenshot(page, "lab-sidebar-32-blocks")
     page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.shutdown()")
+
+
+LEAF = {"params": 1, "total": 1, "output": None, "grad": None, "children": []}
+TREE = {"models": [dict(LEAF, name="model", path="model", type="Net", total=3, children=[
+    dict(LEAF, name="block", path="model.block", type="Block", total=2, children=[
+        dict(LEAF, name="mlp", path="model.block.mlp", type="Linear")])])]}
+# The sidebar widget's own reply handler, given the reply twice: a branch opened between the two replies
+# (its 'toggle' event not yet delivered, as when a reply from the kernel comes in the same turn).
+REPLY_AFTER_OPENING = """tree => {
+  const explorer = [...window.jupyterapp.shell.widgets('left')].find(w => w.id === 'nbgrad-sidebar');
+  explorer.showModels(tree);
+  document.querySelector('#nbgrad-sidebar details[data-path="model.block"]').open = true;
+  explorer.showModels(tree);
+  return document.querySelector('#nbgrad-sidebar details[data-path="model.block"]').open;
+}"""
+
+
+def test_a_branch_opened_just_before_a_reply_stays_open(lab, page):
+    page.goto(f"{lab.url}/lab?token={TOKEN}&reset")
+    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.widgets", timeout=120_000)
+    page.wait_for_selector("#nbgrad-sidebar", state="attached", timeout=60_000)
+    assert page.evaluate(REPLY_AFTER_OPENING, TREE) is True

@@ -13,8 +13,7 @@ def test_a_modules_sites_are_listed_on_a_click(lab, lab_root, page):
     page.evaluate("() => window.jupyterapp.shell.activateById('nbgrad-sidebar')")
     row = '.nbgrad-node-row[data-path="model.transformer.h[0].attn"]'
     page.wait_for_selector('.nbgrad-node[data-path="model.transformer.h[0]"]', state="attached", timeout=60_000)
-    # Open every branch until the row's button shows: the tree may be rebuilt (the kernel went idle) after
-    # a first opening, with the branches closed again.
+    # Open every branch until the row's button shows (the tree is built when the kernel's reply comes).
     page.wait_for_function(
         "row => { document.querySelectorAll('#nbgrad-sidebar details').forEach(d => d.open = true);"
         " const b = document.querySelector(row + ' .nbgrad-sites-button'); return !!b && b.offsetParent !== null; }",
