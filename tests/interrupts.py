@@ -5,6 +5,7 @@
 that line, as a real Ctrl-C would between two bytecodes of it. A trace function that raises is
 switched off by Python, so each run gets exactly one interrupt.
 """
+import gc
 import os
 import sys
 
@@ -28,11 +29,22 @@ class Injector:
         self.lines = [] if record else None      # (file, function, line) of each counted line event
 
     def __enter__(self):
+        # No collection of cycles while tracing: a collection runs weakref callbacks (byid.py's) in the middle of
+        # whatever line allocated, a different one in every run, at the whim of what earlier tests left. An
+        # interrupt there is one Python swallows ("Exception ignored in"), and raised from a trace function inside
+        # such a callback it once left CPython 3.11's trace state broken: the next call event called a traceback
+        # object ("TypeError: 'traceback' object is not callable"), as if the trace function had been freed; a
+        # likely cause of the one crash (SIGSEGV) of a sweep seen in CI. Without collections the line events are
+        # the same in every run of the cell.
+        self.collecting = gc.isenabled()
+        gc.disable()
         sys.settrace(self._call)
         return self
 
     def __exit__(self, *exc):
         sys.settrace(None)
+        if self.collecting:
+            gc.enable()
         return False
 
     def _call(self, frame, event, arg):
