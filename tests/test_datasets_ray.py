@@ -112,3 +112,51 @@ def test_a_helper_from_an_earlier_cell_runs_on_the_workers(cluster, shell, defau
     assert_clean(default_model, before)
     for name in ("block_out", "prompts", "out_ray", "out_local", "model"):
         shell.user_ns.pop(name, None)
+
+
+def test_an_error_on_a_worker_is_the_bodys_own_at_its_cell_line(cluster, default_model):
+    import traceback
+    before = model_state(default_model)
+    body = "last = model.transformer.h[1].output[:, -1].save()\nif last.shape[0] > 0:\n    raise ValueError('bad')\n"
+    namespace = {"model": default_model}
+    with pytest.raises(ValueError) as raised:
+        nbgrad.trace(default_model, None, body, namespace, over=PROMPTS, batch_size=2, engine="ray", workers=1)
+    assert type(raised.value) is ValueError and str(raised.value) == "bad"      # not Ray's wrapping of it
+    assert raised.value.__notes__ == ["nbgrad: raised by example 0 (INPUT 'The Eiffel Tower is in'), at line 3 "
+                                      "of the cell"]
+    frame = traceback.extract_tb(raised.value.__traceback__)[-1]
+    assert frame.filename.startswith("<nbgrad-cell-") and frame.lineno == 3 and frame.line == "raise ValueError('bad')"
+    # an nbgrad error keeps its own message and line
+    with pytest.raises(nbgrad.NbgradError, match=r"^line 2: .*model.transformer.h\[9\].*\[in example 0 ") as raised:
+        nbgrad.trace(default_model, None, "x = 1\ny = model.transformer.h[9].output.save()\n", namespace,
+                     over=PROMPTS, batch_size=2, engine="ray", workers=1)
+    assert "last" not in namespace and "y" not in namespace
+    assert_clean(default_model, before)
+
+
+def exit_on_call(counter, calls: int) -> int:
+    """Ends the process that calls it for the `calls`-th time (a worker lost mid-run), counting in a file."""
+    done = int(counter.read_text()) if counter.exists() else 0
+    counter.write_text(str(done + 1))
+    if done + 1 == calls:
+        os._exit(1)
+    return done
+
+
+def test_a_lost_worker_stops_the_run_and_the_next_run_computes_only_the_rest(cluster, default_model, tmp_path):
+    counter, out = tmp_path / "calls", tmp_path / "acts"
+    body = "last = model.transformer.h[1].output[:, -1].save()\nn = exit_on_call(counter, 3)\n"
+    namespace = {"model": default_model, "exit_on_call": exit_on_call, "counter": counter}
+    with pytest.raises(nbgrad.NbgradError, match=r"the worker running examples 2-3 was lost \(its process ended\), "
+                       r"and the run stopped there\. Every batch finished before it is in DIR: run the cell again "
+                       r"to compute only the rest") as raised:
+        nbgrad.trace(default_model, None, body, namespace, over=PROMPTS, batch_size=2, out=out, engine="ray",
+                     workers=1)
+    assert isinstance(raised.value.__cause__, ray.exceptions.RayActorError)
+    assert sorted(p.name for p in out.glob("batch-*")) == ["batch-00000000.safetensors"]
+    nbgrad.trace(default_model, None, body, namespace, over=PROMPTS, batch_size=2, out=out, engine="ray", workers=1)
+    assert int(counter.read_text()) == 3 + 3               # a new worker ran the three examples left
+    local = {"model": default_model}
+    nbgrad.trace(default_model, None, "last = model.transformer.h[1].output[:, -1].save()\n", local, over=PROMPTS)
+    for here, there in zip(local["last"], namespace["last"], strict=True):
+        torch.testing.assert_close(there, here, atol=1e-5, rtol=1e-4)

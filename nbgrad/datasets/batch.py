@@ -70,7 +70,7 @@ def at_example(error: BaseException, cell, runtime, examples: list, start: int) 
         error.args = (f"line {error.line}: {error.detail}" if error.line else error.detail,) + error.args[1:]
     elif isinstance(error, Exception):
         error.args = tuple(unprefixed(arg) if isinstance(arg, str) else arg for arg in error.args)
-        line = _cell_frame_line(error, cell)
+        line = error.nbgrad_cell_line = _cell_frame_line(error, cell)    # for a worker's driver (ray_engine.py)
         error.add_note(f"nbgrad: raised by {where}" + (f", at line {line} of the cell" if line else ""))
     return error
 

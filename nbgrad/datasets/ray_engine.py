@@ -16,7 +16,7 @@ from torch import nn
 
 from ..engine.compile.compiler import compile_cell
 from ..engine.compile.dataflow import bound_names, read_names
-from ..errors import NbgradError
+from ..errors import NbgradError, at_cell_line
 from ..errors.naming import a_or_an
 from ..models import loading
 
@@ -65,10 +65,12 @@ class RayBatches:
         self.shipped = shipped_names(source, namespace, model, helpers)      # errors here: nothing has run
         self.source, self.no_grad, self.workers, self.helpers = source, no_grad, workers, helpers
         self.actors: list = []
+        self.out = False                     # whether a DIR keeps the finished batches (run)
 
     def run(self, batches, store):
         import ray
         pending, free = deque(), deque()
+        self.out = store is not None
         try:
             for start, examples in batches:
                 if store is not None and store.has(start, examples):
@@ -87,9 +89,6 @@ class RayBatches:
                     yield start, [{}] * count, None
             while pending:
                 yield from self._finish_first(pending, free, ray)
-        except ray.exceptions.RayActorError:
-            _pools.pop(self.key, None)       # a lost worker: the next run starts a fresh set
-            raise
         finally:
             for _, _, task, _ in pending:
                 if task is not None:
@@ -100,14 +99,48 @@ class RayBatches:
         if task is None:
             yield start, [{}] * count, None
             return
-        per_example, plain, _ = ray.get(task)
+        try:
+            per_example, plain, _ = ray.get(task)
+        except ray.exceptions.RayTaskError as error:      # the cell's own error, raised on the worker
+            raise self._from_worker(error) from None
+        except ray.exceptions.RayActorError as error:
+            _drop_pools()                                   # the next run starts a fresh set
+            raise NbgradError(f"--engine ray: the worker running examples {start}-{start + count - 1} was lost (its "
+                              f"process ended), and the run stopped there. "
+                              + (LOST_WITH_DIR if self.out else LOST)) from error
         free.append(actor)
         yield start, per_example, plain
+
+    def _from_worker(self, error) -> BaseException:
+        """What a worker raised, as the same run here raises it: the error itself (Ray's wrapping gone), at the
+        cell's line it came from."""
+        cause = getattr(error, "cause", None)
+        if not isinstance(cause, BaseException):
+            return NbgradError(f"--engine ray: a worker failed: {error}")
+        line = getattr(cause, "nbgrad_cell_line", None)
+        if isinstance(cause, NbgradError) or not line:
+            return cause
+        return at_cell_line(cause, compile_cell(self.source, "trace").filename, line)
+
+
+LOST = "Nothing was bound: run the cell again (with --out DIR, a run keeps every batch it finished)"
+LOST_WITH_DIR = "Every batch finished before it is in DIR: run the cell again to compute only the rest"
 
 
 # (what builds the model, worker count, GPUs) -> (cluster's job id, actors, the builder kept alive); one entry
 # at most
 _pools: dict = {}
+
+
+def _drop_pools() -> None:
+    """End the kept actors (one set at a time: they hold the cluster's CPUs / GPUs)."""
+    import ray
+    for key in list(_pools):
+        for actor in _pools.pop(key)[1]:
+            try:
+                ray.kill(actor)
+            except Exception:            # an actor already dead, or of a cluster since shut down
+                pass
 
 
 def _actors(build, key, workers) -> list:
@@ -122,12 +155,7 @@ def _actors(build, key, workers) -> list:
     kept = _pools.get(pool_key)
     if kept is not None and kept[0] == job:
         return kept[1]
-    for other in list(_pools):           # one set at a time: kept actors hold the cluster's CPUs / GPUs
-        for actor in _pools.pop(other)[1]:
-            try:
-                ray.kill(actor)
-            except Exception:            # an actor of a cluster since shut down: nothing to end
-                pass
+    _drop_pools()
     options = {"num_gpus": 1} if gpus else {"num_cpus": 1}
     worker = _worker_class().options(**options)
     actors = [worker.remote(build) for _ in range(count)]

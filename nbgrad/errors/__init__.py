@@ -115,6 +115,17 @@ def _line_in(tb, filename: str | None) -> int | None:
     return line
 
 
+def at_cell_line(error: BaseException, filename: str, line: int) -> BaseException:
+    """`error` with a traceback of one frame, at `line` of the compiled cell `filename` (whose text linecache
+    has): an error the cell raised in another process (a dataset run's worker), whose own frames stayed there."""
+    code = compile("\n" * (line - 1) + "raise error", filename, "exec").replace(co_name="<cell>")
+    try:
+        exec(code, {"error": error})
+    except BaseException as raised:
+        return raised.with_traceback(raised.__traceback__.tb_next)      # from the cell's frame on
+    return error
+
+
 def for_the_cell(error: BaseException) -> BaseException:
     """The error as a cell shows it: an nbgrad error as its one message (cause kept), any other error
     with the frames a user reads (see `cell_traceback`)."""
