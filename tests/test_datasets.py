@@ -1,5 +1,6 @@
 """`--over DATASET`: each example its own invoke in a padded batch; values and gradients equal running each
 example alone with plain PyTorch hooks on the same weights. `--out DIR`: safetensors batches, resumed."""
+import collections
 import json
 import re
 
@@ -259,8 +260,8 @@ def test_out_writes_a_cache_and_gives_back_caches_equal_to_a_run_in_memory(defau
             for path in want:
                 same = main_tensor(got[path]), main_tensor(want[path])
                 assert same[0] is None and same[1] is None or torch.equal(same[0], same[1].detach()), (part, path)
-        assert disk["transformer"]["cache"] is None and torch.equal(disk.stack("transformer.h.?"),
-                                                                   memory.stack("transformer.h.?").detach())
+        assert type(disk["transformer"]) is type(memory["transformer"]) and disk["transformer"].cache is None
+        assert torch.equal(disk.stack("transformer.h.?"), memory.stack("transformer.h.?").detach())
     calls, handle = count_forward_calls(model)
     try:
         again = {"model": model}
@@ -269,6 +270,30 @@ def test_out_writes_a_cache_and_gives_back_caches_equal_to_a_run_in_memory(defau
         handle.remove()
         model.zero_grad(set_to_none=True)
     assert calls == [] and torch.equal(again["c"][2]["lm_head"], stored["c"][2]["lm_head"])
+
+
+def test_a_saved_model_output_keeps_its_class_and_a_named_tuple_its_values(default_model, tmp_path):
+    """`model.output.save()` per example is the model's output class, as alone (`o[k].logits`), read back from DIR
+    too, where the key-value cache object it holds, which is no tensor, is left out."""
+    model = default_model
+    alone = {"model": model}
+    nbgrad.trace(model, PROMPTS[1], "o = model.output.save()", alone)
+    kept, stored = {"model": model}, {"model": model}
+    nbgrad.trace(model, None, "o = model.output.save()", kept, over=PROMPTS[:3], batch_size=2)
+    nbgrad.trace(model, None, "o = model.output.save()", stored, over=PROMPTS[:3], batch_size=2, out=tmp_path)
+    length = alone["o"].logits.shape[1]
+    for values in (kept["o"], stored["o"]):
+        assert [type(value) for value in values] == [type(alone["o"])] * 3
+        torch.testing.assert_close(values[1].logits[:, -length:], alone["o"].logits.detach(), atol=1e-5, rtol=1e-4)
+    assert kept["o"][2].cache is not None and stored["o"][2].cache is None
+    assert torch.equal(stored["o"][2].logits, kept["o"][2].logits)
+    # a named tuple comes back from DIR a tuple of the same values (it came back as the file's own notes)
+    pair = collections.namedtuple("Pair", "last n")
+    body = "p = nbgrad.save(Pair(model.transformer.h[1].output[:, -1], 7))"
+    namespace = {"model": model, "nbgrad": nbgrad, "Pair": pair}
+    nbgrad.trace(model, None, body, namespace, over=PROMPTS[:2], batch_size=2, out=tmp_path / "pairs")
+    assert type(namespace["p"][1]) is tuple and namespace["p"][1][1] == 7
+    torch.testing.assert_close(namespace["p"][1][0], plain_run(model, PROMPTS[1])[0], atol=1e-5, rtol=1e-4)
 
 
 def test_out_gives_back_each_call_of_a_module_called_twice(tmp_path):

@@ -11,7 +11,7 @@ from dataclasses import replace
 import torch
 
 from ..engine.run.result import holds_saved
-from ..engine.run.rows import InvokeRows
+from ..engine.run.rows import InvokeRows, rebuilt
 from ..engine.run.runtime import Runtime
 from ..errors import NbgradError
 from ..models.batching import batch_invokes
@@ -111,7 +111,7 @@ def detached(value):
     if isinstance(value, (list, tuple)):
         return type(value)(detached(v) for v in value) if type(value) in (list, tuple) else value
     if isinstance(value, dict):
-        return {key: detached(v) for key, v in value.items()}
+        return rebuilt(value, {key: detached(v) for key, v in value.items()})    # a ModelOutput keeps its type
     return value
 
 

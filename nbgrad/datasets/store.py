@@ -196,8 +196,9 @@ def _atomic(path: Path, write) -> None:
 
 
 def _flatten(value, key: str, tensors: dict, in_cache: bool = False):
-    """The value's shape for the metadata, its tensors put in `tensors` under paths from `key`. Inside a Cache, what
-    is no tensor, container or plain value (a model's key-value cache object in its output) is left out."""
+    """The value's shape for the metadata, its tensors put in `tensors` under paths from `key`. Inside a Cache or a
+    model's output (a ModelOutput, kept with its class), what is no tensor, container or plain value (the model's
+    key-value cache object) is left out."""
     if isinstance(value, torch.Tensor):
         tensors[key] = value.detach().cpu()
         return {"tensor": key}
@@ -206,10 +207,12 @@ def _flatten(value, key: str, tensors: dict, in_cache: bool = False):
                  for part in CACHE_PARTS}
         return {"cache": {"options": {name: bool(value.options.get(name)) for name in ("inputs", "grads")}, **parts}}
     if isinstance(value, (list, tuple)):
-        kind = "calls" if isinstance(value, Calls) else type(value).__name__
+        kind = "calls" if isinstance(value, Calls) else "list" if isinstance(value, list) else "tuple"   # a named one too
         return {kind: [_flatten(v, f"{key}/{i}", tensors, in_cache) for i, v in enumerate(value)]}
     if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        return {"dict": {k: _flatten(v, f"{key}/{k}", tensors, in_cache) for k, v in value.items()}}
+        output = _model_output_class(type(value))
+        items = {k: _flatten(v, f"{key}/{k}", tensors, in_cache or output is not None) for k, v in value.items()}
+        return {"dict": items, "class": output} if output else {"dict": items}
     if value is None or isinstance(value, (bool, int, float, str)):
         return {"plain": value}
     if in_cache:
@@ -226,10 +229,30 @@ def _unflatten(shape: dict, tensors: dict):
         values = [_unflatten(v, tensors) for v in content]
         return values if kind == "list" else tuple(values) if kind == "tuple" else Calls(values)
     if kind == "dict":
-        return {k: _unflatten(v, tensors) for k, v in content.items()}
+        items = {k: _unflatten(v, tensors) for k, v in content.items()}
+        return _model_output(shape["class"], items) if "class" in shape else items
     if kind == "cache":
         cache = Cache(content["options"])
         for part in CACHE_PARTS:
             setattr(cache, "_" + part, _unflatten(content[part], tensors))
         return cache
     return None if kind == "omitted" else content
+
+
+def _model_output_class(cls: type) -> str | None:
+    """`module:name` of a transformers ModelOutput class (what `_model_output` makes again); None for any other."""
+    from transformers.utils import ModelOutput
+    return f"{cls.__module__}:{cls.__qualname__}" if issubclass(cls, ModelOutput) else None
+
+
+def _model_output(name: str, items: dict):
+    """The ModelOutput `name` (`_model_output_class`) with `items`, read from a file: only a ModelOutput class of
+    transformers is made, never whatever a file names; the items as a dict where that class is gone."""
+    import importlib
+    from transformers.utils import ModelOutput
+    module, _, qualname = name.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module), qualname) if module.startswith("transformers.") else None
+        return cls(**items) if isinstance(cls, type) and issubclass(cls, ModelOutput) else items
+    except (ImportError, AttributeError, TypeError):
+        return items

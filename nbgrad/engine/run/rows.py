@@ -28,7 +28,7 @@ class InvokeRows:
         if isinstance(value, (tuple, list)):
             return type(value)(self.view(v, invoke) for v in value) if type(value) in (tuple, list) else value
         if isinstance(value, dict):
-            return _rebuilt(value, {k: self.view(v, invoke) for k, v in value.items()})
+            return rebuilt(value, {k: self.view(v, invoke) for k, v in value.items()})
         return value
 
     def replace(self, batch_value, invoke: int, new):
@@ -41,7 +41,7 @@ class InvokeRows:
         if type(batch_value) in (tuple, list) and isinstance(new, (tuple, list)) and len(new) == len(batch_value):
             return type(batch_value)(self.replace(b, invoke, n) for b, n in zip(batch_value, new))
         if isinstance(batch_value, dict) and isinstance(new, dict):
-            return _rebuilt(batch_value, {k: self.replace(v, invoke, new.get(k, v)) for k, v in batch_value.items()})
+            return rebuilt(batch_value, {k: self.replace(v, invoke, new.get(k, v)) for k, v in batch_value.items()})
         return new
 
     def grad_target(self, tensor, invoke: int | None) -> tuple:
@@ -62,7 +62,7 @@ class InvokeRows:
         self._bases.clear()
 
 
-def _rebuilt(original: dict, items: dict):
+def rebuilt(original: dict, items: dict):
     """A dict (or ModelOutput) of the same class with new items."""
     try:
         return type(original)(**items) if type(original) is not dict else items
