@@ -182,7 +182,7 @@ def test_a_message_that_names_another_line_names_the_cells_line(default_model):
                                         "backward pass of line 2 (model.lm_head.output[:, -1].max().backward())")
 
 
-def test_an_interrupt_in_the_second_batch_leaves_model_and_namespace_clean(default_model):
+def test_an_interrupt_in_the_second_batch_leaves_model_and_namespace_clean(default_model, tmp_path):
     model = default_model
     before = model_state(model)
     calls = []
@@ -194,15 +194,30 @@ def test_an_interrupt_in_the_second_batch_leaves_model_and_namespace_clean(defau
     handle = model.transformer.h[2].register_forward_hook(interrupt_second_call)
     namespace = {"model": model, "kept": "before"}
     try:
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt) as raised:
             nbgrad.trace(model, None, "kept = model.transformer.h[1].output[:, -1].save()\n", namespace,
                          over=PROMPTS, batch_size=2)
     finally:
         handle.remove()
+    assert raised.value.__notes__ == ["nbgrad: interrupted after 2 examples; no name was bound (with --out DIR, a "
+                                      "run keeps every batch it finished)"]
     assert_clean(model, before)
     assert namespace == {"model": model, "kept": "before"}       # nothing of the run's, the old value kept
     nbgrad.trace(model, None, "kept = model.transformer.h[1].output[:, -1].save()\n", namespace, over=PROMPTS)
     assert len(namespace["kept"]) == len(PROMPTS)
+    # with --out, the note says where the finished batch is
+    calls.clear()
+    handle = model.transformer.h[2].register_forward_hook(interrupt_second_call)
+    try:
+        with pytest.raises(KeyboardInterrupt) as raised:
+            nbgrad.trace(model, None, "kept = model.transformer.h[1].output[:, -1].save()\n", namespace,
+                         over=PROMPTS, batch_size=2, out=tmp_path)
+    finally:
+        handle.remove()
+    assert raised.value.__notes__ == ["nbgrad: interrupted after 2 examples; every batch finished is in DIR: run "
+                                      "the cell again to compute only the rest"]
+    assert [p.name for p in tmp_path.glob("batch-*")] == ["batch-00000000.safetensors"]
+    assert_clean(model, before)
 
 
 def test_invoke_blocks_with_over_are_an_error_that_says_why(default_model):

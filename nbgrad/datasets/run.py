@@ -33,16 +33,25 @@ def trace_over(model, source: str, namespace: dict | None, over, *, batch_size: 
     graph = compile_cell(source, "trace", helpers).graph
     traced, tokenizer = model_to_trace(model, tokenizer)
     store = Store(out, source, batch_size) if out is not None else None
-    gathered: dict = {}
-    plain: dict = {}
-    done = 0
+    if engine == "ray":
+        from .ray_engine import RayBatches
+        batches = RayBatches(model, source, namespace, no_grad, workers, model_factory, helpers)
+    else:
+        batches = _LocalBatches(traced, tokenizer, source, namespace, no_grad, helpers)
     with _progress(reading.total(over), progress) as bar:
-        if engine == "ray":
-            from .ray_engine import RayBatches
-            batches = RayBatches(model, source, namespace, no_grad, workers, model_factory, helpers)
-        else:
-            batches = _LocalBatches(traced, tokenizer, source, namespace, no_grad, helpers)
-        for start, per_example, last_plain in batches.run(reading.batches(over, batch_size, column), store):
+        done, gathered, plain = _run(batches.run(reading.batches(over, batch_size, column), store), store, bar)
+    saved = store.lists(done) if store is not None else {n: v + [None] * (done - len(v)) for n, v in gathered.items()}
+    namespace.update({name: value for name, value in plain.items() if name not in saved})
+    namespace.update(saved)
+    return Result(saved=saved, graph=graph)
+
+
+def _run(batches, store, bar) -> tuple:
+    """(examples done, {name: values} when no DIR takes them, the plain names) of the batches as they finish. An
+    interrupt says what it leaves: the finished batches in DIR, or nothing bound."""
+    gathered, plain, done = {}, {}, 0
+    try:
+        for start, per_example, last_plain in batches:
             done = start + len(per_example)
             if store is not None:
                 if last_plain is not None:          # computed now, not found in DIR
@@ -51,10 +60,12 @@ def trace_over(model, source: str, namespace: dict | None, over, *, batch_size: 
                 _gather(gathered, start, per_example)
             plain.update(last_plain or {})
             bar.update(len(per_example))
-    saved = store.lists(done) if store is not None else {n: v + [None] * (done - len(v)) for n, v in gathered.items()}
-    namespace.update({name: value for name, value in plain.items() if name not in saved})
-    namespace.update(saved)
-    return Result(saved=saved, graph=graph)
+    except KeyboardInterrupt as interrupt:
+        interrupt.add_note(f"nbgrad: interrupted after {done} examples; " + (
+            "every batch finished is in DIR: run the cell again to compute only the rest" if store is not None
+            else "no name was bound (with --out DIR, a run keeps every batch it finished)"))
+        raise
+    return done, gathered, plain
 
 
 def _check_engine(engine: str, workers, model_factory) -> None:
