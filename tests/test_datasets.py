@@ -86,6 +86,17 @@ def test_a_backward_block_is_each_examples_own_pass(default_model):
     model.zero_grad(set_to_none=True)
 
 
+def test_token_ids_of_different_lengths_are_padded_as_text_is(default_model):
+    tokenizer = nbgrad.tokenizer_for(default_model)
+    ids = [tokenizer(prompt, return_tensors="pt")["input_ids"] for prompt in PROMPTS[:4]]
+    namespace = {"model": default_model}
+    nbgrad.trace(default_model, None, "last = model.transformer.h[1].output[:, -1].save()", namespace, over=ids,
+                 batch_size=4)
+    for index, prompt in enumerate(PROMPTS[:4]):
+        torch.testing.assert_close(namespace["last"][index], plain_run(default_model, prompt)[0], atol=1e-5, rtol=1e-4)
+    default_model.zero_grad(set_to_none=True)
+
+
 def test_a_datasets_dataset_reads_its_text_column_or_the_one_named(default_model):
     datasets = pytest.importorskip("datasets")
     model = default_model

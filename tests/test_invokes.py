@@ -94,6 +94,31 @@ everything = model.lm_head.output.save()
     assert result.saved["everything"].shape[0] == 3       # a statement outside every invoke sees the batch
 
 
+def test_token_ids_of_different_lengths_are_padded_as_text_is(model):
+    """Tensors of ids, and dicts of `input_ids` and `attention_mask`, of different lengths: left-padded with the mask
+    and position ids, so each invoke's values at its real tokens equal its ids run alone."""
+    tokenizer = nbgrad.tokenizer_for(model)
+    long, short = (tokenizer(prompt, return_tensors="pt") for prompt in (EIFFEL, SHORT))
+    namespace = {"model": model, "long": long["input_ids"], "short": dict(short)}
+    result = nbgrad.trace(model, None, """
+with invoke(long):
+    a = model.lm_head.output.save()
+with invoke(short):
+    b = model.lm_head.output.save()
+""", namespace, no_grad=True)
+    for name, prompt in (("a", EIFFEL), ("b", SHORT)):
+        _, logits, _ = alone(model, prompt, 0)
+        assert torch.allclose(result.saved[name][:, -logits.shape[1]:], logits, atol=1e-5), name
+
+
+def test_tensors_of_different_shapes_for_a_model_without_a_mask_are_an_error_that_says_so():
+    embed = torch.nn.Embedding(10, 4)
+    with pytest.raises(nbgrad.InputError, match="line 3: the invokes' INPUTs cannot be put in one batch .*give "
+                       "them one shape"):
+        nbgrad.trace(embed, None, "with invoke(torch.tensor([[1, 2, 3]])):\n    a = embed.output.save()\n"
+                     "with invoke(torch.tensor([[4, 5]])):\n    b = embed.output.save()", {"embed": embed, "torch": torch})
+
+
 def test_per_invoke_gradients_equal_each_prompts_own_backward(model):
     before = model_state(model)
     result = nbgrad.trace(model, None, f"""

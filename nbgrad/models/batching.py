@@ -1,6 +1,6 @@
 """The inputs of a cell's `with invoke(...)` blocks -> one batch for one model call, and each invoke's
-rows in it. Text is padded on the left, with the attention mask and position ids set so that every
-invoke's values at its real tokens equal running its INPUT alone."""
+rows in it. Text, and token ids of different lengths, are padded on the left, with the attention mask and
+position ids set so that every invoke's values at its real tokens equal running its INPUT alone."""
 from __future__ import annotations
 
 import array
@@ -33,7 +33,13 @@ def batch_invokes(values: list, invokes: list, model: nn.Module, tokenizer) -> t
         if _rows_of(args, kwargs) == 0:
             raise InputError(f"{invoke.named()} has no rows", invoke.line)
         calls.append((args, kwargs))
-    return _concatenated(calls, invokes)
+    try:
+        return _concatenated(calls, invokes)
+    except InputError:
+        padded = _padded_ids(calls, model, tokenizer)
+        if padded is None:
+            raise
+        return padded
 
 
 def _is_text(value) -> bool:
@@ -143,6 +149,35 @@ def _concatenated(calls: list, invokes: list) -> tuple:
         raise InputError(f"the invokes' INPUTs cannot be put in one batch ({error}); give them one shape "
                          f"(pad them yourself), or give text", invokes[1].line if len(invokes) > 1 else None) from error
     return args, kwargs, _spans([_rows_of(*call) for call in calls])
+
+
+def _padded_ids(calls: list, model: nn.Module, tokenizer) -> tuple | None:
+    """Token ids of different lengths (a tensor each, or `input_ids` with its `attention_mask`), padded on the left
+    with mask and position ids as text is; None when the INPUTs are anything else, or the model takes no mask."""
+    if not (_accepts(model, "input_ids") and _accepts(model, "attention_mask")):
+        return None
+    parts = []
+    for args, kwargs in calls:
+        if args:
+            ids, mask = (args[0], None) if len(args) == 1 and not kwargs else (None, None)
+        else:
+            ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
+            if set(kwargs) - {"input_ids", "attention_mask"}:
+                return None
+        if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.is_floating_point():
+            return None
+        if mask is not None and not (isinstance(mask, torch.Tensor) and mask.shape == ids.shape):
+            return None
+        parts.append((ids, torch.ones_like(ids) if mask is None else mask.to(ids.dtype)))
+    pad = getattr(tokenizer, "pad_token_id", None)
+    pad = pad if pad is not None else (getattr(tokenizer, "eos_token_id", None) or 0)
+    length = max(ids.shape[1] for ids, _ in parts)
+    ids = torch.cat([nn.functional.pad(ids, (length - ids.shape[1], 0), value=pad) for ids, _ in parts])
+    mask = torch.cat([nn.functional.pad(mask, (length - mask.shape[1], 0), value=0) for _, mask in parts])
+    kwargs = {"input_ids": ids, "attention_mask": mask}
+    if _accepts(model, "position_ids"):
+        kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)     # 0 on the first real token, as alone
+    return (), kwargs, _spans([ids.shape[0] for ids, _ in parts])
 
 
 def _cat(values: list):
