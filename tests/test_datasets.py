@@ -415,13 +415,25 @@ def test_the_magic_takes_a_folder_and_a_column(shell, tmp_path):
     assert len(shell.user_ns["h"]) == 3 and (tmp_path / "acts" / "index.json").exists()
 
 
-def test_the_magic_binds_lists_and_says_so(shell, capsys):
+def test_the_magic_binds_lists_says_so_and_shows_them(shell, capsys):
+    from IPython.utils.capture import capture_output
     shell.run_cell("model = nbgrad.load_model()\nprompts = ['Hello there', 'Hi']")
-    result = shell.run_cell("%%trace model --over prompts --batch-size 1 --no-grad\n"
-                            "h = model.transformer.h[0].output[:, -1].save()\n")
+    with capture_output() as shown:
+        result = shell.run_cell("%%trace model --over prompts --batch-size 1 --no-grad\n"
+                                "h = model.transformer.h[0].output[:, -1].save()\n"
+                                "full = model.transformer.h[0].output.save()\nc = cache('transformer.h.0')\n")
     result.raise_error()
     assert len(shell.user_ns["h"]) == 2
-    assert "h (2 values)" in capsys.readouterr().out
+    assert "h (2 values)" in shown.stdout
+    # a panel: h's values stacked (one per example on axis 0); full's differ in length, so example 0; c's first cache
+    panel, cache = (output.data for output in shown.outputs)
+    items = panel["application/vnd.nbgrad.panel+json"]["items"]
+    assert [item["name"] for item in items] == ["h", "full[0]"]
+    assert items[0]["summary"]["shape"] == [2, 128] and "one per example on axis 0: 2 examples" in items[0]["note"]
+    assert items[1]["summary"]["shape"] == list(shell.user_ns["full"][0].shape) and "example 0 of 2" in items[1]["note"]
+    assert "transformer.h.0" in cache["text/plain"] and cache["text/plain"].startswith("c[0], the first example's")
+    quiet = shell.run_cell("%%trace model --over prompts -q\nh = model.transformer.h[0].output[:, -1].save()\n")
+    assert quiet.success and capsys.readouterr().out == ""
     failed = shell.run_cell("%%trace model 'Hi' --over prompts\nh = model.transformer.h[0].output.save()\n")
     assert "INPUT `'Hi'` and --over together" in str(failed.error_in_exec)
 

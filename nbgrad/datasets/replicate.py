@@ -41,8 +41,8 @@ class Replicated:
         if any(_is_invoke(stmt) for stmt in tree.body):
             raise NbgradError("--over runs the body once per example, each as its own invoke: write the body "
                               "for one example, without `with invoke(...)` blocks")
-        self.names = sorted(set().union(*(bound_names(stmt)[0] for stmt in tree.body))
-                            if tree.body else set())
+        # in the order the cell binds them (what the saved names, their lists and the panel follow)
+        self.names = list(dict.fromkeys(name for stmt in tree.body for name in sorted(bound_names(stmt)[0])))
         one_pass = _single_backward(tree)
         body = [_copy_block(tree.body, example, self.lines, set(self.names), one_pass) for example in range(count)]
         if one_pass is not None:

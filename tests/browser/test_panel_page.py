@@ -57,3 +57,21 @@ h = model.transformer.h[1].output.save()
     assert rows.nth(1).inner_text().count("–") == 5 and "%" in rows.nth(2).inner_text()
     canvas = page.locator("canvas.nbg-heatmap-canvas")
     assert canvas.evaluate("c => c.width > 0 && c.height > 0")
+
+
+def test_a_dataset_runs_panel_has_a_row_per_example(page, default_model):
+    from labtools import screenshot
+    from nbgrad.views.dataset import dataset_panel
+    prompts = ["The Eiffel Tower is in", "Hi", "A longer prompt about several things", "Paris", "x y z"]
+    namespace = {"model": default_model}
+    nbgrad.trace(default_model, None, "last = model.transformer.h[1].output[:, -1].save()\n"
+                 "full = model.transformer.h[1].output.save()", namespace, over=prompts, batch_size=2)
+    panel = dataset_panel({name: namespace[name] for name in ("last", "full")}, "%%trace model --over prompts")
+    _render(page, json.loads(json.dumps(panel.payload)))
+    assert page.locator(".nbg-tab").all_inner_texts() == ["last", "full[0]"]      # a tab per value
+    card = page.locator(".nbg-card")
+    assert card.count() == 1 and "one per example on axis 0: 5 examples" in card.inner_text()
+    canvas = card.locator("canvas.nbg-heatmap-canvas")
+    assert canvas.evaluate("c => c.width > 0 && c.height > 0")
+    page.set_viewport_size({"width": 1000, "height": 700})
+    screenshot(page, "panel-dataset-run")
