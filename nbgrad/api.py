@@ -13,8 +13,8 @@ from .engine.run.result import Result
 from .engine.run.direct import DirectRun
 from .engine.run.rows import InvokeRows
 from .engine.run.runtime import Runtime, active_runtime
-from .errors import NbgradError
-from .errors.naming import tensor_names
+from .errors import GradError, NbgradError
+from .errors.naming import a_or_an, tensor_names
 from .models.batching import batch_invokes
 from .models.cell import default_namespace, invoke_inputs, model_to_trace
 from .models.inputs import call_arguments, input_ids_of
@@ -120,10 +120,34 @@ def run_with_cache(model: nn.Module, input, modules="*", *, grads: bool = False,
         raise NbgradError("run_with_cache(..., grads=True) needs loss=: a function of the model's output that "
                           "returns the scalar to backpropagate (e.g. `lambda out: out.logits[0, -1].max()`)")
     namespace = {"model": model, "nbgrad_modules": modules, "nbgrad_grads": grads, "nbgrad_device": device,
-                 "nbgrad_dtype": dtype, "nbgrad_loss": loss}
-    source = _CACHE_CELL + ("nbgrad_loss(nbgrad_output).backward()\n" if grads else "")
-    trace(model, input, source, namespace)
+                 "nbgrad_dtype": dtype, "nbgrad_loss": loss, "nbgrad_scalar": _scalar_loss}
+    source = _CACHE_CELL + ("nbgrad_scalar(nbgrad_loss(nbgrad_output)).backward()\n" if grads else "")
+    try:
+        trace(model, input, source, namespace)
+    except NbgradError as error:      # said of the call: the lines of the cell it runs are not the user's
+        raise _without_line(error) from error.__cause__
     return namespace["nbgrad_output"], namespace["nbgrad_cache"]
+
+
+def _scalar_loss(value):
+    if not isinstance(value, torch.Tensor) or value.numel() != 1:
+        what = f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else a_or_an(
+            type(value).__name__)
+        raise GradError(f"run_with_cache(..., loss=...): loss(output) gave {what}, not a scalar: return the one "
+                        f"number to backpropagate (`.sum()`, or one logit as in `out.logits[0, -1].max()`)")
+    return value
+
+
+def _without_line(error: NbgradError) -> NbgradError:
+    detail = error.detail
+    if detail.startswith("cache("):         # the call's own name for what was given to it
+        detail = "run_with_cache(" + detail[len("cache("):]
+    try:
+        plain = type(error)(detail)
+    except TypeError:
+        plain = NbgradError(detail)
+    plain.__suppress_context__ = True
+    return plain
 
 
 def save(value):

@@ -181,6 +181,14 @@ def test_run_with_cache_with_a_loss(tiny):
     assert_clean(tiny, before)
     with pytest.raises(nbgrad.NbgradError, match="needs loss="):
         nbgrad.run_with_cache(tiny, IDS, grads=True)
+    # the call's errors speak of the call, with no line of the cell it runs inside
+    with pytest.raises(nbgrad.GradError, match=r"^run_with_cache\(\.\.\., loss=\.\.\.\): loss\(output\) gave a "
+                       r"tensor of shape \(1, 5, 97\), not a scalar: return the one number"):
+        nbgrad.run_with_cache(tiny, IDS, grads=True, loss=lambda out: out.logits)
+    with pytest.raises(nbgrad.NbgradError, match=r"^run_with_cache\(\.\.\.\): no module of the model matches "
+                       r"'nothing\.\*'; its top-level modules: transformer, lm_head$"):
+        nbgrad.run_with_cache(tiny, IDS, "nothing.*")
+    assert_clean(tiny, before)
     _, plain = nbgrad.run_with_cache(tiny, IDS, "lm_head", dtype=torch.bfloat16)
     assert list(plain) == ["lm_head"] and plain["lm_head"].dtype == torch.bfloat16
 
@@ -313,8 +321,13 @@ model.output.logits[:, -1].max(-1).values.sum().backward()
     assert torch.allclose(c.grads["transformer.h.1"], grads["transformer.h.1"], atol=1e-4)
 
 
+NO_CUDA = "cache(device='cuda'): this machine cannot hold tensors there"
+
+
 @pytest.mark.parametrize("option, says", [("device='nope'", "cache(device='nope'): not a device torch knows"),
-                                          ("dtype='half'", "cache(dtype='half'): give a torch.dtype")])
+                                          ("dtype='half'", "cache(dtype='half'): give a torch.dtype"),
+                                          pytest.param("device='cuda'", NO_CUDA, marks=pytest.mark.skipif(
+                                              torch.cuda.is_available(), reason="this machine has CUDA"))])
 def test_a_bad_device_or_dtype_is_refused_before_the_run(tiny, option, says):
     before = model_state(tiny)
     ran = []

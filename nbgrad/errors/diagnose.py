@@ -13,10 +13,12 @@ from .naming import a_or_an
 
 
 def nearest_modules(names: list, name: str) -> str:
-    """The end of a 'no such module' message: the three module paths nearest `name`, or the first ones."""
+    """The end of a 'no such module' message: the three module paths (`named_modules()` names) nearest `name`, or
+    the model's top-level ones."""
     names = [n for n in names if n]
     near = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
-    return f"; nearest: {', '.join(near)}" if near else f"; its top-level modules: {', '.join(names[:6])}"
+    top = [n for n in names if "." not in n]
+    return f"; nearest: {', '.join(near)}" if near else f"; its top-level modules: {', '.join(top[:6])}"
 
 
 def module_path(model: nn.Module, module: nn.Module, root: str = "model") -> str | None:

@@ -53,6 +53,11 @@ def _check_placement(device, dtype, line: int) -> None:
         except (RuntimeError, TypeError) as error:
             raise NbgradError(f"cache(device={device!r}): not a device torch knows ('cpu', 'cuda', 'cuda:1', "
                               f"a torch.device)", line) from error
+        try:
+            torch.empty(0, device=device)           # a device this machine lacks: said now, not inside the model
+        except (RuntimeError, AssertionError) as error:
+            raise NbgradError(f"cache(device={device!r}): this machine cannot hold tensors there ({error})",
+                              line) from error
     if dtype is not None and not isinstance(dtype, torch.dtype):
         raise NbgradError(f"cache(dtype={dtype!r}): give a torch.dtype (torch.float16, torch.bfloat16, ...)", line)
 
