@@ -179,6 +179,31 @@ def test_an_invoke_that_skips_leaves_the_others_rows_to_the_module(default_model
     assert not [m for m in default_model.modules() if "forward" in vars(m)] and hook_count(default_model) == 0
 
 
+@pytest.mark.parametrize("skip, inside", ROW_SKIPS)
+def test_an_invoke_reading_inside_what_it_skipped_gets_the_error_it_gets_alone(default_model, skip, inside):
+    """M runs for the other invokes' rows, not for the skipping invoke's: a read inside M (a module, a site of its
+    forward) by that invoke never came, as alone; the other invoke reads inside M, and the skipping one M's own
+    input and output."""
+    with pytest.raises(nbgrad.OrderError, match="never came: .* was skipped"):
+        nbgrad.trace(default_model, PROMPTS[0], skip + f"x = model.transformer.h[1].{inside}.output.save()",
+                     {"model": default_model})
+    module = inside.split(".")[0]
+    site = "self_c_fc_0" if module == "mlp" else "self_c_attn_1"
+    for read in (f"model.transformer.h[1].{inside}.output", f"model.transformer.h[1].{module}.source.{site}.output"):
+        source = (f"with invoke({PROMPTS[0]!r}):\n    y = {read}.save()\n"
+                  f"with invoke({PROMPTS[1]!r}):\n    {skip}    x = {read}.save()\n")
+        with pytest.raises(nbgrad.OrderError, match=r"^line 5: .* never came for this invoke: it skipped GPT2(MLP|"
+                           r"Attention) \(`\.skip\(\.\.\.\)`\), so nothing inside it ran at its rows"):
+            nbgrad.trace(default_model, None, source, {"model": default_model})
+        assert not [m for m in default_model.modules() if "forward" in vars(m)] and hook_count(default_model) == 0
+    ns = {"model": default_model}
+    nbgrad.trace(default_model, None, f"with invoke({PROMPTS[0]!r}):\n"
+                 f"    y = model.transformer.h[1].{inside}.output.save()\n"
+                 f"with invoke({PROMPTS[1]!r}):\n    {skip}    m = model.transformer.h[1].{module}.output.save()\n"
+                 f"    i = model.transformer.h[1].{module}.input.save()\n", ns)
+    assert ns["y"].shape[0] == 1 and ns["m"] is not None and ns["i"] is not None
+
+
 def test_the_hook_graph_text_names_a_skip_as_the_cell_writes_it():
     model = FAMILIES["gpt2"][0]()
     text = nbgrad.trace(model, FAMILIES["gpt2"][4], "model.transformer.h[0].mlp.skip(model.transformer.h[0].ln_2.output)",

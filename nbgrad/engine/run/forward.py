@@ -12,7 +12,7 @@ from ...errors import OrderError
 from .moduletree import compiled_inner
 from .stopping import StopRun, never_came_after_stop
 from .sites import NoSourceError, Site, SiteError
-from .skips import RowsSkipped, SkipGate, skipped_around
+from .skips import PARTIAL, RowsSkipped, SkipGate, skipped_around, skipped_for_invoke
 from .targets import target_elements
 
 HOOKABLE = (nn.Module, Site, SkipGate)   # what has events: a module, a site inside a forward, a skip
@@ -62,6 +62,10 @@ class ForwardEvents:
                 raise self.runtime.scheduler.too_late(task, use)
             value = self.values[key]
             if task.node.spec.invoke is not None:
+                if PARTIAL and (skipped := skipped_for_invoke(module, task.node.spec.invoke)) is not None:
+                    raise OrderError(f"{use.target}.{use.kind} never came for this invoke: it skipped "
+                                     f"{type(skipped).__name__} (`.skip(...)`), so nothing inside it ran at its rows "
+                                     f"(it ran for the other invokes' rows)", use.line)
                 value = self.runtime.rows.view(value, task.node.spec.invoke)
             if type(value) is not Tensor:
                 if type(value) is tuple:

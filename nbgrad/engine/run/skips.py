@@ -24,6 +24,7 @@ class SkipGate:
         self.hooks: dict = {}
         self.given: tuple | None = None     # (what the instance dict held under `forward`, the gate we put there)
         self.skipped = False                # M was skipped in the run now going on (for the error after)
+        self.partial = None                 # the invokes that skipped M while M ran for the others' rows
         self.inner = None                   # M's forward with its sites, when a cell names both (sites.py)
 
     def __repr__(self):
@@ -50,7 +51,8 @@ class SkipGate:
         module = self.module_ref()
         if self.given is None and module is not None:
             gate = types.MethodType(_gate_forward, module)
-            self.skipped = False
+            self.skipped, self.partial = False, None
+            PARTIAL.discard(self)
             self.given = (module.__dict__.get("forward", ABSENT), gate)
             module.__dict__["forward"] = gate
 
@@ -58,6 +60,7 @@ class SkipGate:
         self.hooks.pop(id(handle), None)
         if self.hooks or self.given is None:
             return
+        PARTIAL.discard(self)
         give_back_forward(self.module_ref(), self.given)
         self.given = None
 
@@ -68,6 +71,8 @@ class SkipGate:
             if replaced is not None:
                 output = replaced
         if type(output) is RowsSkipped:         # invokes' skips, each its own rows
+            self.partial = frozenset(output.values)     # before M runs: reads inside it ask (skipped_for_invoke)
+            PARTIAL.add(self)
             output, ran = output.whole(lambda: self._forward(module)(*args, **kwargs))
             self.skipped = not ran
             return output
@@ -192,6 +197,26 @@ def skipped_around(module_or_site) -> "nn.Module | None":
         if gate.skipped and gate.given is not None and (owner is module or _inside(owner, module)):
             return module
     return None
+
+
+def skipped_for_invoke(module_or_site, invoke: int) -> "nn.Module | None":
+    """The module containing `module_or_site` that `invoke` skipped while it ran for other invokes' rows: nothing
+    inside it ran for that invoke, as nothing would run alone."""
+    owner = module_or_site
+    table = getattr(module_or_site, "table", None)
+    if table is not None:
+        owner = table.root.module_ref()             # a site: inside the forward of this module (M's own too)
+    for gate in list(PARTIAL):
+        module = gate.module_ref()
+        if (invoke in gate.partial and gate.given is not None and module is not None and _inside(owner, module)
+                and (table is not None or owner is not module)):    # M's own input and output (v) are the invoke's
+            return module
+    return None
+
+
+# The gates that some invokes skip while their module runs for the others: while it is empty (always, but in such
+# a run), an invoke's read pays one truth test for this (ForwardEvents.read)
+PARTIAL: set = set()
 
 
 def _inside(inner, outer) -> bool:
