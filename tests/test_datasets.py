@@ -322,6 +322,27 @@ def test_a_saved_model_output_keeps_its_class_and_a_named_tuple_its_values(defau
     torch.testing.assert_close(namespace["p"][1][0], plain_run(model, PROMPTS[1])[0], atol=1e-5, rtol=1e-4)
 
 
+def test_each_examples_cache_holds_copies_of_its_own_rows_without_the_batch_or_its_graph(default_model):
+    """As every saved value of a dataset run: the batch's activations and autograd graph go with the batch. A tensor
+    the cache holds twice (a block's output, the next block's input) stays one copy."""
+    namespace = {"model": default_model}
+    nbgrad.trace(default_model, None, "c = cache('transformer.h.*', inputs=True)", namespace, over=PROMPTS[:3],
+                 batch_size=2)
+    storages = set()
+    for c in namespace["c"]:
+        tensors = [main_tensor(v) for part in (c._outputs, c._inputs) for v in part.values()]
+        assert all(t.grad_fn is None and not t.requires_grad and t._base is None for t in tensors)
+        storages |= {t.untyped_storage().data_ptr() for t in tensors}
+        assert c._inputs["transformer.h.1"] is main_tensor(c["transformer.h.0"])
+    alone = {"model": default_model}
+    nbgrad.trace(default_model, PROMPTS[1], "c = cache('transformer.h.*', inputs=True)", alone)
+    assert len(storages) == sum(len({id(main_tensor(v)) for part in (c._outputs, c._inputs) for v in part.values()})
+                                for c in namespace["c"])              # no example's tensor is another's
+    real = alone["c"]["transformer.h.3"].shape[1]
+    torch.testing.assert_close(namespace["c"][1]["transformer.h.3"][:, -real:], alone["c"]["transformer.h.3"].detach(),
+                               atol=1e-5, rtol=1e-4)
+
+
 def test_out_gives_back_each_call_of_a_module_called_twice(tmp_path):
     class Twice(torch.nn.Module):
         def __init__(self):

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import torch
 
+from ..engine.run.cache import Cache, Calls, same_elements
 from ..engine.run.result import holds_saved
 from ..engine.run.rows import InvokeRows, rebuilt
 from ..engine.run.runtime import Runtime
@@ -104,14 +105,30 @@ def _cell_frame_line(error: BaseException, cell) -> int | None:
     return line
 
 
-def detached(value):
-    """A tensor's own copy, cut from the batch and its graph; containers element by element."""
+def detached(value, copies: dict | None = None):
+    """A tensor's own copy, cut from the batch and its graph; containers element by element, and a Cache part by
+    part. `copies` (what a tensor views -> its copy) keeps one copy of a tensor held twice (a cache holds a module's output again as
+    the next module's input)."""
     if isinstance(value, torch.Tensor):
-        return value.detach().clone()
+        if copies is None:
+            return value.detach().clone()
+        same = same_elements(value)         # the same rows of the same tensor, through two views
+        copy = copies.get(same)
+        if copy is None:
+            copy = copies[same] = value.detach().clone()
+        return copy
+    if isinstance(value, Cache):
+        copies = {} if copies is None else copies
+        copy = Cache(value.options)
+        for part in ("_outputs", "_inputs", "_grads"):
+            setattr(copy, part, {path: detached(v, copies) for path, v in getattr(value, part).items()})
+        return copy
     if isinstance(value, (list, tuple)):
-        return type(value)(detached(v) for v in value) if type(value) in (list, tuple) else value
+        if type(value) in (list, tuple, Calls):
+            return type(value)(detached(v, copies) for v in value)
+        return value
     if isinstance(value, dict):
-        return rebuilt(value, {key: detached(v) for key, v in value.items()})    # a ModelOutput keeps its type
+        return rebuilt(value, {key: detached(v, copies) for key, v in value.items()})    # a ModelOutput keeps its type
     return value
 
 

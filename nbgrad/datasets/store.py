@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file, safe_open
 
-from ..engine.run.cache import Cache, Calls
+from ..engine.run.cache import Cache, Calls, same_elements
 from ..errors import ArgumentError, NbgradError
 from ..errors.naming import a_or_an
 
@@ -172,8 +172,7 @@ def _unshared(tensors: dict) -> tuple:
     writes each tensor's own bytes)."""
     kept, aliases, first, storages = {}, {}, {}, {}
     for key, tensor in tensors.items():
-        same = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape),
-                tuple(tensor.stride()), tensor.dtype)
+        same = same_elements(tensor)
         if same in first:
             aliases[key] = first[same]
             continue

@@ -25,6 +25,13 @@ def main_tensor(value):
     return None
 
 
+def same_elements(tensor: torch.Tensor) -> tuple:
+    """What tells apart the elements a tensor shows: two views of the same rows of one tensor (a module's output and
+    the next one's input, each an invoke's view) give the same key; the storage's address comes first."""
+    return (tensor.untyped_storage().data_ptr() or id(tensor), tensor.storage_offset(), tuple(tensor.shape),
+            tuple(tensor.stride()), tensor.dtype, tensor.device)
+
+
 def _tensors(value, depth: int = 0):
     if isinstance(value, torch.Tensor):
         yield value
@@ -98,12 +105,14 @@ class Cache(Mapping):
 
     @property
     def nbytes(self) -> int:
-        """Bytes of every tensor the cache holds (outputs, inputs and gradients), each tensor once."""
+        """Bytes of every tensor the cache holds (outputs, inputs and gradients), each once: two views of the same
+        elements (a module's output and the next one's input, as an invoke's rows) count once."""
         seen, total = set(), 0
         for store in (self._outputs, self._inputs, self._grads):
             for tensor in _tensors(list(store.values())):
-                if id(tensor) not in seen:
-                    seen.add(id(tensor))
+                same = same_elements(tensor)
+                if same not in seen:
+                    seen.add(same)
                     total += tensor.nelement() * tensor.element_size()
         return total
 
