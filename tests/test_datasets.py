@@ -442,14 +442,15 @@ def test_the_magic_binds_lists_says_so_and_shows_them(shell, capsys):
     with capture_output() as shown:
         result = shell.run_cell("%%trace model --over prompts --batch-size 1 --no-grad\n"
                                 "h = model.transformer.h[0].output[:, -1].save()\n"
-                                "full = model.transformer.h[0].output.save()\nc = cache('transformer.h.0')\n")
+                                "full = model.transformer.h[0].output.save()\nc = cache('transformer.h.0')\n"
+                                "o = model.output.save()\n")
     result.raise_error()
     assert len(shell.user_ns["h"]) == 2
     assert "h (2 values)" in shown.stdout
     # a panel: h's values stacked (one per example on axis 0); full's differ in length, so example 0; c's first cache
     panel, cache = (output.data for output in shown.outputs)
     items = panel["application/vnd.nbgrad.panel+json"]["items"]
-    assert [item["name"] for item in items] == ["h", "full[0]"]
+    assert [item["name"] for item in items] == ["h", "full[0]", "o[0].logits"]
     assert items[0]["summary"]["shape"] == [2, 128] and "one per example on axis 0: 2 examples" in items[0]["note"]
     assert items[1]["summary"]["shape"] == list(shell.user_ns["full"][0].shape) and "example 0 of 2" in items[1]["note"]
     assert "transformer.h.0" in cache["text/plain"] and cache["text/plain"].startswith("c[0], the first example's")

@@ -27,8 +27,9 @@ def dataset_panel(saved: dict, title: str = "", tokenizer=None, skip=()) -> Pane
             items.append(build.tensor_item(name, stacked, tokenizer=tokenizer,
                                            note=f"one per example on axis 0: {which}"))
         else:               # values of different shapes (a sequence, padded per batch) or of other kinds
+            why = "the values' shapes differ: " if all(isinstance(v, torch.Tensor) for v in first) else ""
             items.extend(items_for(f"{name}[0]", first[0], tokenizer=tokenizer,
-                                   note=f"example 0 of {count} (the values' shapes differ: {name}[k] is example k)"))
+                                   note=f"example 0 of {count} ({why}{name}[k] is example k)"))
     if not items:
         return None
     notes = [f"showing {MAX_ITEMS} of {len(items)} values"] if len(items) > MAX_ITEMS else []
