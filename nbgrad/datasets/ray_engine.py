@@ -102,7 +102,9 @@ class RayBatches:
         try:
             per_example, plain, _ = ray.get(task)
         except ray.exceptions.RayTaskError as error:      # the cell's own error, raised on the worker
-            raise self._from_worker(error) from None
+            raised = self._from_worker(error)
+            raised.__suppress_context__ = True             # Ray's wrapping is not shown; a cause of its own is
+            raise raised
         except ray.exceptions.RayActorError as error:
             _drop_pools()                                   # the next run starts a fresh set
             raise NbgradError(f"--engine ray: the worker running examples {start}-{start + count - 1} was lost (its "
