@@ -166,6 +166,15 @@ def open_notebook(page, lab: Lab, name: str):
     page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget", timeout=60_000)
 
 
+def run_notebook(page, lab: Lab, name: str, cells: list):
+    """Write a notebook of `cells` into the server's root, open it, and run every cell (until none is running and
+    the kernel is idle)."""
+    write_notebook(lab.root / name, cells)
+    open_notebook(page, lab, name)
+    wait_for_kernel_idle(page)
+    run_all_cells(page)
+
+
 def open_without_a_kernel(page, lab: Lab, name: str):
     """Open a notebook on a server that has no kernel to give, and answer "No Kernel" when it asks."""
     open_notebook(page, lab, name)

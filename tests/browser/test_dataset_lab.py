@@ -1,5 +1,5 @@
 """A dataset run in JupyterLab: the progress line, and a panel whose heatmap has a row per example."""
-from labtools import open_notebook, run_all_cells, screenshot, wait_for_kernel_idle, write_notebook
+from labtools import run_notebook, screenshot
 
 SETUP = ("%load_ext nbgrad\nimport torch, nbgrad\nmodel = nbgrad.load_model()\n"
          "prompts = ['The Eiffel Tower is in', 'Hi', 'A longer prompt about several things', 'Paris', 'x y z']")
@@ -7,11 +7,8 @@ CELL = ("%%trace model --over prompts --batch-size 2\n"
         "last = model.transformer.h[1].output[:, -1].save()\nfull = model.transformer.h[1].output.save()")
 
 
-def test_a_dataset_run_shows_its_values_a_row_per_example(lab, lab_root, page):
-    write_notebook(lab_root / "dataset.ipynb", [SETUP, CELL])
-    open_notebook(page, lab, "dataset.ipynb")
-    wait_for_kernel_idle(page)
-    run_all_cells(page)
+def test_a_dataset_run_shows_its_values_a_row_per_example(lab, page):
+    run_notebook(page, lab, "dataset.ipynb", [SETUP, CELL])
     panel = page.locator(".jp-OutputArea .nbgrad-panel").first
     panel.wait_for(timeout=60_000)
     assert "saved, one value per example: last (5 values), full (5 values)" in page.locator(".jp-OutputArea").nth(1) \

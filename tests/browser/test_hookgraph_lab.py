@@ -6,8 +6,7 @@ import base64
 import json
 from urllib.parse import unquote
 
-from labtools import (ARTIFACTS, Lab, open_notebook, open_without_a_kernel, run_all_cells, screenshot,
-                      wait_for_kernel_idle, write_notebook)
+from labtools import ARTIFACTS, Lab, open_without_a_kernel, run_notebook, screenshot
 from svgdata import groups, name_arrows, steps
 
 SETUP = "%load_ext nbgrad\nimport nbgrad\nmodel = nbgrad.load_model()"
@@ -115,10 +114,7 @@ def screenshot_path(name: str):
 
 
 def test_graph_option_and_graph_tab_survive_a_saved_notebook(lab, lab_root, page, browser):
-    write_notebook(lab_root / "hookgraph.ipynb", [SETUP, GRAPH, RUN, INVOKES])
-    open_notebook(page, lab, "hookgraph.ipynb")
-    wait_for_kernel_idle(page)
-    run_all_cells(page)
+    run_notebook(page, lab, "hookgraph.ipynb", [SETUP, GRAPH, RUN, INVOKES])
     _check_pictures(page, "")
     screenshot(page, "lab-hookgraph")
     _check_not_shrunk_in_a_narrow_window(page)

@@ -2,8 +2,8 @@
 inserts paths, magic lines are highlighted, and a saved notebook shows its panels with no kernel."""
 import json
 
-from labtools import (Lab, open_notebook, open_without_a_kernel, run_all_cells, run_command, screenshot,
-                      wait_for_kernel_idle, write_notebook)
+from labtools import (Lab, open_notebook, open_without_a_kernel, run_command, run_notebook,
+                      screenshot, wait_for_kernel_idle, write_notebook)
 
 SETUP = "%load_ext nbgrad\nimport torch, nbgrad\nmodel = nbgrad.load_model()"
 TRACE = ('%%trace model "Hello <img src=x onerror=\\"window.nbgradPwned=1\\"> World" --tokenizer nbgrad.tokenizer_for(model)\n'
@@ -29,10 +29,7 @@ def test_news_question_is_answered_by_the_settings(lab):
 
 
 def test_panels_sidebar_highlighting_and_save(lab, lab_root, page):
-    write_notebook(lab_root / "trace.ipynb", [SETUP, TRACE, SHOW, ""])
-    open_notebook(page, lab, "trace.ipynb")
-    wait_for_kernel_idle(page)
-    run_all_cells(page)
+    run_notebook(page, lab, "trace.ipynb", [SETUP, TRACE, SHOW, ""])
     assert _panels(page).count() >= 2
 
     # The %%trace panel: every saved value, the gradient beside its activation.
@@ -140,14 +137,11 @@ def test_saved_notebook_shows_static_panels_without_a_kernel(lab_root, page, bro
         no_kernels.stop()
 
 
-def test_widget_renders_without_the_extension_renderer(lab, lab_root, page):
+def test_widget_renders_without_the_extension_renderer(lab, page):
     """The live panel is a plain anywidget: it renders where only the widget view is given."""
-    write_notebook(lab_root / "widget.ipynb", [
+    run_notebook(page, lab, "widget.ipynb", [
         "import torch\nfrom nbgrad.views import show\n"
         "w = show(torch.randn(3, 6, 10, generator=torch.Generator().manual_seed(1)), 'x').widget()\nw"])
-    open_notebook(page, lab, "widget.ipynb")
-    wait_for_kernel_idle(page)
-    run_all_cells(page)
     page.wait_for_selector(".jp-OutputArea .nbgrad-panel canvas.nbg-heatmap-canvas", timeout=120_000)
     assert page.locator(".jp-OutputArea .nbgrad-rendered-panel").count() == 0    # not the extension's
     assert _styled(_panels(page).first), "the live panel is not styled"

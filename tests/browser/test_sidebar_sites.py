@@ -1,15 +1,12 @@
 """The sidebar lists a module's sites when asked (its "sites" button), and a click on a site inserts
 `PATH.source.NAME.output` at the cursor."""
-from labtools import open_notebook, run_all_cells, screenshot, wait_for_kernel_idle, write_notebook
+from labtools import run_notebook, screenshot
 
 SETUP = "%load_ext nbgrad\nimport torch, nbgrad\nmodel = nbgrad.load_model()"
 
 
-def test_a_modules_sites_are_listed_on_a_click(lab, lab_root, page):
-    write_notebook(lab_root / "sites.ipynb", [SETUP, ""])
-    open_notebook(page, lab, "sites.ipynb")
-    wait_for_kernel_idle(page)
-    run_all_cells(page)
+def test_a_modules_sites_are_listed_on_a_click(lab, page):
+    run_notebook(page, lab, "sites.ipynb", [SETUP, ""])
     page.evaluate("() => window.jupyterapp.shell.activateById('nbgrad-sidebar')")
     row = '.nbgrad-node-row[data-path="model.transformer.h[0].attn"]'
     page.wait_for_selector('.nbgrad-node[data-path="model.transformer.h[0]"]', state="attached", timeout=60_000)

@@ -1,6 +1,6 @@
 """A panel inside ipywidgets: placed in a layout (`VBox([slider, nbgrad.show(x)])`) it renders there as
 its live widget, and an `interact` function that re-runs a trace shows the new panel each time."""
-from labtools import open_notebook, run_all_cells, screenshot, wait_for_kernel_idle, write_notebook
+from labtools import run_notebook, screenshot
 
 SETUP = "%load_ext nbgrad\nimport torch, nbgrad\nimport ipywidgets as widgets\nmodel = nbgrad.load_model()"
 LAYOUT = ("x = torch.arange(24.0).reshape(4, 6)\n"
@@ -11,11 +11,8 @@ INTERACT = ("def block(layer):\n"
             "widgets.interact(block, layer=widgets.IntSlider(min=0, max=3, value=0))")
 
 
-def test_a_panel_in_a_vbox_renders_there_as_its_widget(lab, lab_root, page):
-    write_notebook(lab_root / "layout.ipynb", [SETUP, LAYOUT])
-    open_notebook(page, lab, "layout.ipynb")
-    wait_for_kernel_idle(page)
-    run_all_cells(page)
+def test_a_panel_in_a_vbox_renders_there_as_its_widget(lab, page):
+    run_notebook(page, lab, "layout.ipynb", [SETUP, LAYOUT])
     box = page.locator(".jp-OutputArea .widget-vbox").first
     box.locator(".nbgrad-panel").wait_for(timeout=120_000)
     assert box.locator(".widget-slider").count() == 1
@@ -23,11 +20,8 @@ def test_a_panel_in_a_vbox_renders_there_as_its_widget(lab, lab_root, page):
     screenshot(page, "lab-panel-in-vbox")
 
 
-def test_interact_shows_the_new_panel_each_time(lab, lab_root, page):
-    write_notebook(lab_root / "interact.ipynb", [SETUP, INTERACT])
-    open_notebook(page, lab, "interact.ipynb")
-    wait_for_kernel_idle(page)
-    run_all_cells(page)
+def test_interact_shows_the_new_panel_each_time(lab, page):
+    run_notebook(page, lab, "interact.ipynb", [SETUP, INTERACT])
     output = page.locator(".jp-OutputArea .widget-interact").first
     output.locator(".nbgrad-panel", has_text="block_0").wait_for(timeout=120_000)
     handle = output.locator(".widget-slider .noUi-handle").first     # the slider's knob, as a user moves it
