@@ -65,12 +65,11 @@ class RayBatches:
         self.shipped = shipped_names(source, namespace, model, helpers)      # errors here: nothing has run
         self.source, self.no_grad, self.workers, self.helpers = source, no_grad, workers, helpers
         self.actors: list = []
-        self.out = False                     # whether a DIR keeps the finished batches (run)
 
     def run(self, batches, store):
         import ray
         pending, free = deque(), deque()
-        self.out = store is not None
+        kept = store is not None             # a DIR keeps the finished batches
         try:
             for start, examples in batches:
                 if store is not None and store.has(start, examples):
@@ -80,7 +79,7 @@ class RayBatches:
                         self.actors = _actors(self.build, self.key, self.workers)
                         free.extend(self.actors * IN_FLIGHT_PER_WORKER)
                     while not free:
-                        yield from self._finish_first(pending, free, ray)
+                        yield from self._finish_first(pending, free, ray, kept)
                     actor = free.popleft()
                     task = actor.run.remote(self.source, self.shipped, examples, start, self.no_grad, self.helpers)
                     pending.append((start, len(examples), task, actor))
@@ -88,13 +87,13 @@ class RayBatches:
                     start, count, _, _ = pending.popleft()
                     yield start, [{}] * count, None
             while pending:
-                yield from self._finish_first(pending, free, ray)
+                yield from self._finish_first(pending, free, ray, kept)
         finally:
             for _, _, task, _ in pending:
                 if task is not None:
                     ray.cancel(task)
 
-    def _finish_first(self, pending: deque, free: deque, ray):
+    def _finish_first(self, pending: deque, free: deque, ray, kept: bool):
         start, count, task, actor = pending.popleft()
         if task is None:
             yield start, [{}] * count, None
@@ -109,7 +108,7 @@ class RayBatches:
             _drop_pools()                                   # the next run starts a fresh set
             raise NbgradError(f"--engine ray: the worker running examples {start}-{start + count - 1} was lost (its "
                               f"process ended), and the run stopped there. "
-                              + (LOST_WITH_DIR if self.out else LOST)) from error
+                              + (LOST_WITH_DIR if kept else LOST)) from error
         free.append(actor)
         yield start, per_example, plain
 

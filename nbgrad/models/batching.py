@@ -126,8 +126,7 @@ def _text_batch(values: list, invokes: list, model: nn.Module, tokenizer) -> tup
     each call gets its own copy (a cell may edit its inputs in place)."""
     if tokenizer is None:
         raise InputError(no_tokenizer_message(model), invokes[0].line)
-    pad = tokenizer.pad_token_id
-    pad = pad if pad is not None else (tokenizer.eos_token_id or 0)
+    pad = _pad_id(tokenizer)
     key = (tuple(value if isinstance(value, str) else tuple(value) for value in values)
            if list in map(type, values) else tuple(values), pad)
     batch = _remembered(tokenizer, key, lambda: _Batch(
@@ -169,8 +168,7 @@ def _padded_ids(calls: list, model: nn.Module, tokenizer) -> tuple | None:
         if mask is not None and not (isinstance(mask, torch.Tensor) and mask.shape == ids.shape):
             return None
         parts.append((ids, torch.ones_like(ids) if mask is None else mask.to(ids.dtype)))
-    pad = getattr(tokenizer, "pad_token_id", None)
-    pad = pad if pad is not None else (getattr(tokenizer, "eos_token_id", None) or 0)
+    pad = _pad_id(tokenizer)
     length = max(ids.shape[1] for ids, _ in parts)
     ids = torch.cat([nn.functional.pad(ids, (length - ids.shape[1], 0), value=pad) for ids, _ in parts])
     mask = torch.cat([nn.functional.pad(mask, (length - mask.shape[1], 0), value=0) for _, mask in parts])
@@ -178,6 +176,12 @@ def _padded_ids(calls: list, model: nn.Module, tokenizer) -> tuple | None:
     if _accepts(model, "position_ids"):
         kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)     # 0 on the first real token, as alone
     return (), kwargs, _spans([ids.shape[0] for ids, _ in parts])
+
+
+def _pad_id(tokenizer) -> int:
+    """The id that pads a batch: the tokenizer's pad token, else its end-of-text token, else 0 (masked either way)."""
+    pad = getattr(tokenizer, "pad_token_id", None)
+    return pad if pad is not None else (getattr(tokenizer, "eos_token_id", None) or 0)
 
 
 def _cat(values: list):

@@ -21,13 +21,14 @@ def dataset_panel(saved: dict, title: str = "", tokenizer=None, skip=()) -> Pane
         count = len(values)
         first = [values[k] for k in range(min(count, SHOWN_EXAMPLES))]
         which = f"examples 0-{len(first) - 1} of {count}" if len(first) < count else f"{count} examples"
-        if all(isinstance(v, torch.Tensor) for v in first) and len({(v.shape, v.dtype) for v in first}) == 1:
+        tensors = all(isinstance(v, torch.Tensor) for v in first)
+        if tensors and len({(v.shape, v.dtype) for v in first}) == 1:
             one_row = first[0].dim() > 1 and first[0].shape[0] == 1      # the example's row of the batch: joined
             stacked = (torch.cat if one_row else torch.stack)([v.detach() for v in first])
             items.append(build.tensor_item(name, stacked, tokenizer=tokenizer,
                                            note=f"one per example on axis 0: {which}"))
         else:               # values of different shapes (a sequence, padded per batch) or of other kinds
-            why = "the values' shapes differ: " if all(isinstance(v, torch.Tensor) for v in first) else ""
+            why = "the values' shapes differ: " if tensors else ""
             items.extend(items_for(f"{name}[0]", first[0], tokenizer=tokenizer,
                                    note=f"example 0 of {count} ({why}{name}[k] is example k)"))
     if not items:

@@ -189,10 +189,7 @@ def skip_of(target) -> SkipGate:
 
 def skipped_around(module_or_site) -> "nn.Module | None":
     """The skipped module that contains `module_or_site` in this run, if any (for 'never came' errors)."""
-    owner = module_or_site
-    table = getattr(module_or_site, "table", None)
-    if table is not None:
-        owner = table.root.module_ref()
+    owner, _ = _owner(module_or_site)
     for module, gate in list(_gates.items()):
         if gate.skipped and gate.given is not None and (owner is module or _inside(owner, module)):
             return module
@@ -202,16 +199,19 @@ def skipped_around(module_or_site) -> "nn.Module | None":
 def skipped_for_invoke(module_or_site, invoke: int) -> "nn.Module | None":
     """The module containing `module_or_site` that `invoke` skipped while it ran for other invokes' rows: nothing
     inside it ran for that invoke, as nothing would run alone."""
-    owner = module_or_site
-    table = getattr(module_or_site, "table", None)
-    if table is not None:
-        owner = table.root.module_ref()             # a site: inside the forward of this module (M's own too)
+    owner, site = _owner(module_or_site)
     for gate in list(PARTIAL):
         module = gate.module_ref()
         if (invoke in gate.partial and gate.given is not None and module is not None and _inside(owner, module)
-                and (table is not None or owner is not module)):    # M's own input and output (v) are the invoke's
+                and (site or owner is not module)):       # M's own input and output (v) are the invoke's
             return module
     return None
+
+
+def _owner(module_or_site) -> tuple:
+    """(the module whose event it is, whether it is a site): a site's is the module of whose forward it is part."""
+    table = getattr(module_or_site, "table", None)
+    return (module_or_site, False) if table is None else (table.root.module_ref(), True)
 
 
 # The gates that some invokes skip while their module runs for the others: while it is empty (always, but in such
