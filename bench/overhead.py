@@ -2,8 +2,10 @@
 
 Each scenario runs nbgrad and raw hooks in pairs on the same model and ids, each first in every other pair;
 the ratio is median(nbgrad) / median(raw) over 100 runs each by default, and the fixed cost the median of the
-per-pair differences, with half the width of its 95% interval (what this run cannot tell apart). Run:
-`python bench/overhead.py [--runs N] [--small-runs N]`.
+per-pair differences, with half the width of its 95% interval (what this run cannot tell apart). With
+`--device cuda` the models and ids live on the GPU, each timed run ends with `torch.cuda.synchronize()` (both
+sides alike), and memory is the CUDA caching allocator's peak. Run:
+`python bench/overhead.py [--runs N] [--small-runs N] [--device cpu|cuda]`.
 """
 from __future__ import annotations
 
@@ -118,9 +120,14 @@ def invoke_scenario(model, runs: int, tokenizer) -> tuple:
                   lambda: raw_patch_batch(model, batch), runs)
 
 
+_SYNC = []          # [torch.cuda.synchronize] with --device cuda: a run's time includes the kernels it queued
+
+
 def timed(fn) -> float:
     start = time.perf_counter()
     fn()
+    for synchronize in _SYNC:
+        synchronize()
     return time.perf_counter() - start
 
 
@@ -242,12 +249,18 @@ def main(argv=None) -> None:
     # ratios need as many pairs as the embedded model's to tell 2% apart from noise (see the ± column)
     parser.add_argument("--small-runs", type=int, default=100, help="pairs on the GPT-2-small shape")
     parser.add_argument("--skip-small", action="store_true", help="only the embedded model")
+    parser.add_argument("--device", default="cpu", help="where the models run (cpu, cuda)")
     args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        _SYNC.append(torch.cuda.synchronize)
+        print(f"device: {torch.cuda.get_device_name(device)}")
     embedded, tokenizer, ids = embedded_setup()
+    embedded, ids = embedded.to(device), ids.to(device)
     run_all("embedded default model", embedded, ids, args.runs)
     if not args.skip_small:
-        gpt2_small = GPT2LMHeadModel(GPT2Config()).eval()
-        ids_small = torch.randint(0, 50257, (1, 16))
+        gpt2_small = GPT2LMHeadModel(GPT2Config()).eval().to(device)
+        ids_small = torch.randint(0, 50257, (1, 16)).to(device)
         run_all("GPT-2-small-shaped model (random weights)", gpt2_small, ids_small, args.small_runs,
                 tokenizer=tokenizer)         # the embedded tokenizer's ids are within GPT-2's vocabulary
 
