@@ -42,6 +42,23 @@ DIRECT_CELLS = {
     "any order": "late = model.transformer.h[2].output.save()\nearly = model.transformer.h[0].output.save()",
     "scale in place": ("for i in range(len(model.transformer.h)):\n    model.transformer.h[i].output[:] *= 0.5\n"
                        "logits = model.output.logits.save()"),
+    # loops that only edit each block's output run their body from the block's event (HookLoop)
+    "an edit loop over the blocks": ("for b in model.transformer.h:\n    b.output[:, -1] += 1.5\n"
+                                     "logits = model.output.logits.save()"),
+    "an edit loop beside reads of its blocks": ("before = model.transformer.h[1].output.clone().save()\n"
+                                                "for i in range(len(model.transformer.h)):\n"
+                                                "    model.transformer.h[i].output[:, 0] = i\n"
+                                                "    model.transformer.h[i].output[:, 1:] *= IDS[0, i] / 10\n"
+                                                "model.transformer.h[1].output[:] += 1\n"
+                                                "after = model.transformer.h[1].output.save()"),
+    "an edit loop whose variable a later line reads": ("for i in range(len(model.transformer.h)):\n"
+                                                       "    model.transformer.h[i].output[:] *= 0.5\n"
+                                                       "last = model.transformer.h[i].output.save()"),
+    "an edit loop over the cell's own range": ("range = lambda n: [2, 0]\nfor i in range(len(model.transformer.h)):\n"
+                                               "    model.transformer.h[i].output[:] *= 0.5"),
+    "an edit loop that fails at a block": ("for i in range(len(model.transformer.h)):\n"
+                                           "    model.transformer.h[i].output[:, 0] = IDS[0, :1 + i // 2 * 5]\n"
+                                           "logits = model.output.logits.save()"),
     "replace twice": ("model.transformer.h[1].output = model.transformer.h[1].output + 1\n"
                       "model.transformer.h[1].output = model.transformer.h[1].output * 3\n"
                       "z = model.transformer.h[2].output.save()"),

@@ -25,6 +25,11 @@ ONE_GRADIENT = "hs = model.transformer.h[1].output\nwith model.output.logits.sum
 # reason in the commit message.
 CALL_BUDGET = 34
 GRADIENT_CALL_BUDGET = 68
+# A loop that edits every block (bench/overhead.py's (c)): 56 calls, each block's edit called from its event as a
+# raw hook would be (a HookLoop); run as a statement resumed at each block it made 77
+EDIT_LOOP = "for i in range(len(model.transformer.h)):\n    model.transformer.h[i].output[:] *= 0.5\n" \
+            "logits = model.output.logits.save()"
+EDIT_LOOP_CALL_BUDGET = 58
 TENSOR_OP_BUDGET = 0
 
 
@@ -60,8 +65,9 @@ def _ops(run) -> collections.Counter:
     return counter.ops
 
 
-@pytest.mark.parametrize("source, budget", [(ONE_READ, CALL_BUDGET), (ONE_GRADIENT, GRADIENT_CALL_BUDGET)],
-                         ids=["one read", "one gradient"])
+@pytest.mark.parametrize("source, budget", [(ONE_READ, CALL_BUDGET), (ONE_GRADIENT, GRADIENT_CALL_BUDGET),
+                                            (EDIT_LOOP, EDIT_LOOP_CALL_BUDGET)],
+                         ids=["one read", "one gradient", "an edit loop"])
 def test_a_small_cell_makes_few_python_calls_into_nbgrad(default_model, source, budget):
     ids = nbgrad.tokenizer_for(default_model)("The capital of France is", return_tensors="pt")["input_ids"]
     run = lambda: (nbgrad.trace(default_model, ids, source), default_model.zero_grad())       # noqa: E731

@@ -23,6 +23,7 @@ from .loops import (aliases, element_code, indexed_container, innermost_path, is
 from .graph import BackwardPass, EventUse, HookGraph, Node
 from .program import RUNTIME_NAME, TEMP_PREFIX, CompiledNode, Invoke, Program, Target
 from .containers import argument_names
+from .hookloops import hook_loop, with_use
 from .keeping import keeps_only
 from .rewrite import Rewriter
 from .targets import forward_targets
@@ -233,7 +234,7 @@ class _Builder:
         self.loop_sources = loop_sources(stmt)
         self.loop_filters = loop_filters(stmt, self.free, walk_cell_level)
         first_use = len(self.uses)
-        line_text = self.source.splitlines()[stmt.lineno - 1].strip()
+        line_text, loop = self.source.splitlines()[stmt.lineno - 1].strip(), None
         if is_backward_block(stmt):
             call = stmt.items[0].context_expr
             rewritten = [ast.Expr(value=Rewriter(self, set()).backward(call, block=True))]
@@ -248,6 +249,7 @@ class _Builder:
             starts = tuple(self.pass_at[position(n)] for n in walk_cell_level(stmt) if is_backward_call(n))
             if isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
                 stmt = ast.copy_location(ast.Assign(targets=[stmt.target], value=stmt.value), stmt)
+            loop = hook_loop(stmt, self.cell_bound, self.filename) if block is None and invoke is None else None
             rewriter = Rewriter(self, written_events(stmt))
             result = rewriter.visit(stmt)
             rewritten = rewriter.hoisted + (result if isinstance(result, list) else [result])
@@ -258,7 +260,7 @@ class _Builder:
                     source=text, reads=frozenset(reads), binds=frozenset(names | mutated),
                     mutated=frozenset((mutated - names) | augmented), grad_reads=frozenset(grad_reads),
                     events=tuple(self.uses[first_use:]), block=block, starts_passes=starts, invoke=invoke)
-        return CompiledNode(spec, code)
+        return CompiledNode(spec, code, loop and with_use(loop, spec.events, first_use))
 
     def _calls_stop(self, stmt: ast.stmt) -> bool:
         """Whether a statement calls `stop()` (nbgrad's: the cell binds no `stop` of its own)."""

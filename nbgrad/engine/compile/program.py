@@ -72,6 +72,9 @@ DIRECT_RUNTIME_NAMES = frozenset({"new", "Read", "Write", "save", "GradRead", "G
 class CompiledNode:
     spec: Node
     code: types.CodeType          # a generator function's code; globals are the cell's namespace
+    # A loop whose body only edits each block's output (compile/hookloops.py): a direct run may call the body from
+    # each block's event instead of resuming the statement there
+    loop: Any = None
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from .cellstate import CellState
 from .claims import _local, _tracing, claim, release
 from .directevents import DirectEvents
 from .gradients import GradientEvents
+from .hookloops import HookLoops
 from .hookset import HookSet
 from .result import Later, Result, run_result
 from .runtime import run_graph
@@ -33,7 +34,7 @@ class _Task:
     __slots__ = ("index", "gen", "cause", "module", "grad_mode")
 
 
-class DirectRun(DirectEvents, CellState):
+class DirectRun(DirectEvents, HookLoops, CellState):
     """One run of one direct cell: create, `run_trace(args, kwargs)`, discard (as a Runtime). It is its own
     CellState: the snapshot of grad mode, flags and names that `_exit` gives back."""
     # What compiled statements ask of `__nbgrad__` (compile/rewrite.py), as of the Runtime
@@ -59,6 +60,7 @@ class DirectRun(DirectEvents, CellState):
     logged = None                    # a quiet cell's events, key -> value in the order they came, until replayed
     returned = None                  # the key of the model's own output, when answered from what its call returns
     held = None                      # use id -> what its loop's `PATH[i]` reads find blocks in (elements.py), or False
+    covered = frozenset()            # the PATHs of loops whose blocks are hooked by their Steps (hookloops.py)
 
     def __init__(self, program, namespace: dict, model, no_grad: bool = False):
         self.program, self.ns, self.model, self.no_grad = program, namespace, model, no_grad
@@ -194,6 +196,9 @@ class DirectRun(DirectEvents, CellState):
                 spec = node.spec       # inside `with LOSS.backward():`, a statement waits for its pass to begin
                 if self.finished.issuperset(spec.deps) and (spec.block is None
                                                              or self.pass_state[spec.block] != "pending"):
+                    if node.loop is not None and self._start_loop(node):
+                        progressed = True
+                        break
                     self.unstarted.remove(node)
                     task = _Task()
                     task.index, task.cause, task.module, task.grad_mode = spec.index, self.cause, None, None

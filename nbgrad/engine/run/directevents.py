@@ -10,6 +10,7 @@ from torch.nn.modules import module as torch_module
 from ...errors import OrderError, diagnose, hints
 from ..compile.program import Read, Write
 from .forward import HOOKABLE, PATH_ERRORS
+from .hookloops import Step
 from .hookset import DictHandle
 from .elements import element, find, hold
 from .moduletree import compiled_inner
@@ -48,7 +49,7 @@ class DirectEvents:
                 self.timeline.append((task.index, request.use, self.phase))
                 if type(value) is not Tensor:
                     self._note_type(request.use, self.uses[request.use], value)
-                self._advance(task, value)
+                (self._step if type(task) is Step else self._advance)(task, value)
             finally:
                 self.cause, self.live = outer, None
         new = values[key]
@@ -64,15 +65,16 @@ class DirectEvents:
             for task, request in waiting:
                 task.cause = self.cause
                 self.timeline.append((task.index, request.use, self.phase))
+                advance = self._step if type(task) is Step else self._advance      # a HookLoop's block, or a statement
                 try:
                     kind = type(request)
                     answered, value = (self._read(task, request) if kind is Read else self._write(task, request)
                                        if kind is Write else self._gradient_request(task, request))
                 except Exception as raised:
-                    self._advance(task, None, raised)
+                    advance(task, None, raised)
                     continue
                 if answered:
-                    self._advance(task, value)
+                    advance(task, value)
         finally:
             self.cause, self.live = outer, outer_live
 
@@ -172,7 +174,8 @@ class DirectEvents:
             self.hooks[key] = RETURNED
             self.returned = key
             return
-        self.hooks.forward_hook(key, module, partial(self._on_event, key))
+        # (`_on_event`, written out: a property's call less for every module hooked)
+        self.hooks.forward_hook(key, module, partial(self._log_event if self.program.quiet else self._on_output, key))
 
     @property
     def _on_event(self):
@@ -201,9 +204,12 @@ class DirectEvents:
 
     def _hook_targets(self) -> None:
         """Hook, before the model runs, every event the cell may read in any order (ForwardEvents.hook_targets)."""
+        covered = self.covered
         for target in self.program.forward_targets:
             if target.uses and target.uses <= self.requested or target.needs and not target.needs <= self.finished:
                 continue
+            if covered and target.text in covered and target.every_element and target.keep is target.each is None:
+                continue                # a HookLoop's blocks, hooked as it started
             modules = target_elements(target, self.ns)
             if not modules:
                 self.logged = None     # its reads are hooked when asked for, so answered inside the hooks

@@ -1,0 +1,126 @@
+"""Loops that only edit what each block returns, compiled to run inside each block's hook (run/direct.py).
+
+    for i in range(len(model.transformer.h)):          for block in model.transformer.h:
+        model.transformer.h[i].output[:] *= 0.5            block.output[:, -1] += steer
+
+Run as a statement, such a loop pauses at every block: the block's hook resumes the statement, which edits, moves
+on to the next block, finds it and waits again. That is six Python calls at every block, run cold between two
+layers of the forward (bench/overhead.py, (c)). Nothing in the loop's body needs that: it only edits the value
+of the loop's own event, with operands the cell does not bind. So the body is also compiled as a plain function of
+that value, and a direct run calls it from each block's event, as a raw hook would (HookLoop). Pure questions about
+the syntax tree, as in cellast.py; the run decides whether the loop's blocks allow it (DirectRun._start_loop)."""
+from __future__ import annotations
+
+import ast
+import copy
+import dataclasses
+import types
+from dataclasses import dataclass
+
+from .program import TEMP_PREFIX
+from .cellast import EVENT_ATTRS
+
+VALUE = f"{TEMP_PREFIX}value"
+# What an edit's index and operand may be made of: reads of names and constants, and arithmetic on them; no call
+# (which could change grad mode, flags or the model in the middle of the forward), no event, nothing that binds
+_OPERAND = (ast.Name, ast.Constant, ast.Attribute, ast.Subscript, ast.Slice, ast.Tuple, ast.BinOp, ast.UnaryOp,
+            ast.Compare, ast.BoolOp, ast.IfExp, ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)
+_NOT_OPERANDS = frozenset(EVENT_ATTRS + ("source", "skip", "save", "backward"))
+
+
+@dataclass(frozen=True)
+class HookLoop:
+    """A loop over the blocks of PATH (`root.attr.attr`, a ModuleList) whose body only edits each block's output."""
+    name: str                     # the loop variable: an index (`by_index`) or the block
+    root: str                     # PATH's root name, which the cell does not bind
+    attributes: tuple             # the attribute names after it
+    by_index: bool                # `for i in range(len(PATH))` (PATH[i] in the body), else `for b in PATH`
+    path: str                     # PATH as written
+    body: types.CodeType          # `def <cell>(__nbgrad_value): <the body, the event read as __nbgrad_value>`
+    use: int = -1                 # the use id of the body's event, once the statement is compiled
+
+
+def hook_loop(stmt: ast.stmt, cell_bound: set, filename: str) -> HookLoop | None:
+    """The HookLoop a `for` statement is, before the rewriter edits it; None where the loop does anything more."""
+    if not (isinstance(stmt, ast.For) and not stmt.orelse and isinstance(stmt.target, ast.Name) and stmt.body):
+        return None
+    name = stmt.target.id
+    container, by_index = _container(stmt.iter)
+    path = _path(container) if container is not None else None
+    if path is None or path[0] in cell_bound or path[0] == name or by_index and {"range", "len"} & cell_bound:
+        return None
+    body = copy.deepcopy(stmt.body)
+    for edit in body:
+        target = edit.target if isinstance(edit, ast.AugAssign) else (
+            edit.targets[0] if isinstance(edit, ast.Assign) and len(edit.targets) == 1 else None)
+        if not isinstance(target, ast.Subscript) or not _is_event(target.value, name, container, by_index):
+            return None
+        if not (_operand(target.slice, cell_bound, name) and _operand(edit.value, cell_bound, name)):
+            return None
+        target.value = ast.copy_location(ast.Name(id=VALUE, ctx=ast.Load()), target.value)
+    return HookLoop(name, path[0], path[1], by_index, ast.unparse(container), _function(body, stmt.lineno, filename))
+
+
+def with_use(loop: HookLoop, events: tuple, use: int) -> HookLoop | None:
+    """The loop once its statement is compiled: its body's one event is its use `use`."""
+    return dataclasses.replace(loop, use=use) if len(events) == 1 and events[0].kind == "output" else None
+
+
+def _container(iterable: ast.expr) -> tuple:
+    """(PATH, by_index) of `range(len(PATH))` or of PATH itself."""
+    if (isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) and iterable.func.id == "range"
+            and len(iterable.args) == 1 and not iterable.keywords):
+        inner = iterable.args[0]
+        if (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and inner.func.id == "len"
+                and len(inner.args) == 1 and not inner.keywords):
+            return inner.args[0], True
+        return None, False
+    return iterable, False
+
+
+def _path(node: ast.expr) -> tuple | None:
+    """(root name, attribute names) of `root.a.b` with at least one attribute; else None."""
+    attributes = []
+    while isinstance(node, ast.Attribute):
+        if node.attr in _NOT_OPERANDS:
+            return None
+        attributes.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name) or not attributes:
+        return None
+    return node.id, tuple(reversed(attributes))
+
+
+def _is_event(node: ast.expr, name: str, container: ast.expr, by_index: bool) -> bool:
+    """`PATH[name].output` (by index) or `name.output`."""
+    if not (isinstance(node, ast.Attribute) and node.attr == "output"):
+        return False
+    block = node.value
+    if by_index:
+        return (isinstance(block, ast.Subscript) and isinstance(block.slice, ast.Name) and block.slice.id == name
+                and ast.dump(block.value) == ast.dump(container))
+    return isinstance(block, ast.Name) and block.id == name
+
+
+def _operand(node: ast.expr, cell_bound: set, name: str) -> bool:
+    for part in ast.walk(node):
+        if not isinstance(part, _OPERAND):
+            return False
+        if isinstance(part, ast.Attribute) and part.attr in _NOT_OPERANDS:
+            return False
+        if isinstance(part, ast.Name) and (part.id != name and part.id in cell_bound
+                                          or part.id.startswith(TEMP_PREFIX) or part.id == "__nbgrad__"):
+            return False
+    return True
+
+
+def _function(body: list, line: int, filename: str) -> types.CodeType:
+    """The code of `def <cell>(__nbgrad_value): <body>`, every line the cell's."""
+    arguments = ast.arguments(posonlyargs=[], args=[ast.arg(arg=VALUE)], kwonlyargs=[], kw_defaults=[], defaults=[])
+    function = ast.FunctionDef(name=f"{TEMP_PREFIX}loop", args=arguments, body=body, decorator_list=[], returns=None,
+                               type_params=[], lineno=line, col_offset=0,
+                               end_lineno=max(getattr(edit, "end_lineno", line) or line for edit in body), end_col_offset=0)
+    module = ast.fix_missing_locations(ast.Module(body=[function], type_ignores=[]))
+    module_code = compile(module, filename, "exec")
+    code = next(const for const in module_code.co_consts if isinstance(const, types.CodeType))
+    return code.replace(co_name="<cell>", co_qualname="<cell>")     # what a traceback shows, as for a statement

@@ -1,0 +1,146 @@
+"""Loops that only edit each block's output run their body from the block's event (compile/hookloops.py,
+run/hookloops.py): against plain PyTorch hooks on the same weights, gradients through the edits included; which
+loops take that way; and what a model that does not call the blocks as the loop expects gets told."""
+import traceback
+
+import pytest
+import torch
+from torch import nn
+
+import nbgrad
+from nbgrad.engine.compile.compiler import compile_cell
+from nbgrad.engine.run.direct import DirectRun
+from helpers import hook_count, tiny_gpt2
+
+IDS = torch.tensor([[3, 14, 15, 92, 65, 35]])
+STEER = ("for block in model.transformer.h:\n"
+         "    block.output[:, -1] += steer\n"
+         "model.output.logits[0, -1].max().backward()\n")
+
+
+@pytest.fixture
+def steps(monkeypatch):
+    """The blocks whose edit a HookLoop made (None: the statement's own run)."""
+    seen = []
+    original = DirectRun._step
+    monkeypatch.setattr(DirectRun, "_step", lambda self, step, *rest: seen.append(step.position)
+                        or original(self, step, *rest))
+    return seen
+
+
+def plain_steering(model, steer):
+    def add(module, args, output):
+        output[:, -1] += steer
+    handles = [block.register_forward_hook(add) for block in model.transformer.h]
+    try:
+        model(IDS).logits[0, -1].max().backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def test_a_steering_vector_gets_the_gradient_plain_hooks_give_it(steps):
+    """The loop of a steering vector optimised over many traced steps: its gradient through the four edits."""
+    model = tiny_gpt2()
+    steer = torch.full((32,), 0.1, requires_grad=True)
+    nbgrad.trace(model, IDS, STEER, {"model": model, "steer": steer})
+    assert steps == [0, 1, 2, 3] and hook_count(model) == 0
+    ours, steer.grad = steer.grad, None
+    model.zero_grad(set_to_none=True)
+    plain_steering(model, steer)
+    torch.testing.assert_close(ours, steer.grad)
+    assert ours.abs().sum() > 0
+
+
+def test_the_loop_variable_is_left_as_python_leaves_it(steps):
+    model = tiny_gpt2()
+    namespace = {"model": model}
+    cell = "for i in range(len(model.transformer.h)):\n    model.transformer.h[i].output[:, 0] *= i\n"
+    nbgrad.trace(model, IDS, cell, namespace)
+    assert namespace["i"] == 3 and steps == [0, 1, 2, 3]
+    nbgrad.trace(model, IDS, STEER.replace("steer", "1.0"), namespace)
+    assert namespace["block"] is model.transformer.h[3]
+
+
+@pytest.mark.parametrize("cell", [
+    "for i in range(len(model.transformer.h)):\n    x = model.transformer.h[i].output\n    x[:] *= 2",
+    "for i in range(len(model.transformer.h)):\n    model.transformer.h[i].output[:] *= torch.tensor(2.0)",
+    "for i in range(2):\n    model.transformer.h[i].output[:] *= 2",
+    "for b in model.transformer.h:\n    b.output[:] *= 2\nelse:\n    pass",
+    "for b in model.transformer.h:\n    b.mlp.output[:] *= 2",
+    "for b in model.transformer.h:\n    b.output[:] *= b.output.mean()",
+    "for b in model.transformer.h:\n    b.output = b.output * 2",
+    "s = 2\nfor b in model.transformer.h:\n    b.output[:] *= s",
+    "for b in model.transformer.h:\n    b.output.grad[:] *= 2\nmodel.output.logits.sum().backward()",
+], ids=["a name bound", "a call", "not every block", "else", "a submodule", "an event read", "a replacement",
+        "a name the cell binds", "a gradient"])
+def test_loops_that_do_more_run_as_statements(cell):
+    assert all(node.loop is None for node in compile_cell(cell).nodes)
+
+
+def test_a_path_rebound_to_another_container_runs_the_statement(steps):
+    """PATH must be a plain ModuleList when the cell runs: a list of blocks is the statement's to walk."""
+    model = tiny_gpt2()
+    blocks = list(model.transformer.h)
+    holder = nn.Module()
+    holder.__dict__["h"] = blocks            # an attribute, not a registered module: no plain ModuleList
+    namespace = {"model": model, "holder": holder}
+    nbgrad.trace(model, IDS, "for b in holder.h:\n    b.output[:] *= 2\nlogits = model.output.logits.save()",
+                 namespace)
+    assert steps == []
+    expected = nbgrad.trace(model, IDS, "for b in model.transformer.h:\n    b.output[:] *= 2\n"
+                                        "logits = model.output.logits.save()", {"model": model}).saved["logits"]
+    assert steps == [0, 1, 2, 3]
+    torch.testing.assert_close(namespace["logits"], expected)
+
+
+class Skipping(nn.Module):
+    """Calls its layers in the order given, not all of them, or not in the order of the list."""
+
+    def __init__(self, order):
+        super().__init__()
+        torch.manual_seed(0)
+        self.layers = nn.ModuleList(nn.Linear(4, 4) for _ in range(3))
+        self.order = order
+
+    def forward(self, x):
+        for index in self.order:
+            x = self.layers[index](x)
+        return x
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["hook loop", "statement"])
+def test_a_block_the_model_never_calls_is_said_as_the_statement_says_it(direct, monkeypatch):
+    monkeypatch.setattr(nbgrad.api, "DIRECT_RUN", direct)
+    model = Skipping([0, 1])
+    with pytest.raises(nbgrad.OrderError) as raised:
+        nbgrad.trace(model, torch.ones(1, 4), "for layer in model.layers:\n    layer.output[:] *= 2\n")
+    assert "line 2" in str(raised.value) and "model.layers[2]" in str(raised.value).replace("layer.output", "")
+    assert hook_count(model) == 0
+
+
+def test_blocks_called_out_of_order_get_the_statements_message(monkeypatch):
+    model = Skipping([1, 0, 2])
+    cell = "for layer in model.layers:\n    layer.output[:] *= 2\n"
+    messages = []
+    for direct in (True, False):
+        monkeypatch.setattr(nbgrad.api, "DIRECT_RUN", direct)
+        with pytest.raises(nbgrad.OrderError) as raised:
+            nbgrad.trace(model, torch.ones(1, 4), cell)
+        messages.append(str(raised.value))
+        assert hook_count(model) == 0
+    assert messages[0] == messages[1]
+    assert "a loop that edits must visit the modules in the order the model calls them" in messages[0]
+
+
+def test_an_error_in_the_body_is_the_cells_at_its_line_and_the_next_cell_works(steps):
+    model = tiny_gpt2()
+    namespace = {"model": model, "wrong": torch.ones(5)}
+    with pytest.raises(RuntimeError) as raised:
+        nbgrad.trace(model, IDS, "x = 1\nfor b in model.transformer.h:\n    b.output[:, 0] += wrong\n", namespace)
+    frames = traceback.extract_tb(raised.value.__traceback__)
+    assert frames[-1].filename.startswith("<nbgrad-cell-") and frames[-1].lineno == 3
+    assert frames[-1].line == "b.output[:, 0] += wrong" and not any("torch/nn" in f.filename for f in frames)
+    assert hook_count(model) == 0 and steps == [0]
+    logits = nbgrad.trace(model, IDS, "logits = model.output.logits.save()", namespace).saved["logits"]
+    torch.testing.assert_close(logits, model(IDS).logits)
