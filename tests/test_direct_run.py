@@ -59,6 +59,13 @@ DIRECT_CELLS = {
     "an edit loop that fails at a block": ("for i in range(len(model.transformer.h)):\n"
                                            "    model.transformer.h[i].output[:, 0] = IDS[0, :1 + i // 2 * 5]\n"
                                            "logits = model.output.logits.save()"),
+    "a list of saved last positions, by the block": ("outs = [b.output[:, -1].save() for b in model.transformer.h]\n"
+                                                     "logits = model.output.logits.save()"),
+    "a list of its blocks edited before and after": ("model.transformer.h[1].output[:] *= 2\n"
+                                                     "outs = [b.output[0, 1:].save() for b in model.transformer.h]\n"
+                                                     "model.transformer.h[2].output[:] += 1"),
+    "a list over the cell's own len": ("len = lambda blocks: 2\n"
+                                       "outs = [model.transformer.h[i].output.save() for i in range(len(IDS))]"),
     "replace twice": ("model.transformer.h[1].output = model.transformer.h[1].output + 1\n"
                       "model.transformer.h[1].output = model.transformer.h[1].output * 3\n"
                       "z = model.transformer.h[2].output.save()"),

@@ -1,4 +1,4 @@
-"""Loops that only edit each block's output run their body from the block's event (compile/hookloops.py,
+"""Loops that only edit or save each block's output run their body from the block's event (compile/hookloops.py,
 run/hookloops.py): against plain PyTorch hooks on the same weights, gradients through the edits included; which
 loops take that way; and what a model that does not call the blocks as the loop expects gets told."""
 import traceback
@@ -63,6 +63,35 @@ def test_the_loop_variable_is_left_as_python_leaves_it(steps):
 
 
 @pytest.mark.parametrize("cell", [
+    "outs = [b.output.save() for b in model.transformer.h]",
+    "outs = [model.transformer.h[i].output[:, -1].save() for i in range(len(model.transformer.h))]",
+])
+def test_lists_of_saved_outputs_take_the_hook_loop(cell):
+    model = tiny_gpt2()
+    namespace = {"model": model}
+    result = nbgrad.trace(model, IDS, cell, namespace)
+    assert [type(node.loop).__name__ for node in compile_cell(cell).nodes] == ["HookLoop"]
+    seen = []
+    handles = [block.register_forward_hook(lambda module, args, output: seen.append(output))
+               for block in model.transformer.h]
+    try:
+        model(IDS)
+    finally:
+        for handle in handles:
+            handle.remove()
+    expected = seen if "[:, -1]" not in cell else [output[:, -1] for output in seen]
+    assert len(namespace["outs"]) == 4 and list(result.saved) == [f"outs[{index}]" for index in range(4)]
+    for ours, plain in zip(namespace["outs"], expected):
+        torch.testing.assert_close(ours, plain)
+    assert hook_count(model) == 0
+
+
+@pytest.mark.parametrize("cell", [
+    "outs = [b.output[:, i].save() for b in model.transformer.h]",
+    "outs = [b.output.save() for b in model.transformer.h if b is not None]",
+    "outs = [b.output.sum().save() for b in model.transformer.h]",
+    "outs = [b.output for b in model.transformer.h]",
+    "outs = [(b.output.save(), 1) for b in model.transformer.h]",
     "for i in range(len(model.transformer.h)):\n    x = model.transformer.h[i].output\n    x[:] *= 2",
     "for i in range(len(model.transformer.h)):\n    model.transformer.h[i].output[:] *= torch.tensor(2.0)",
     "for i in range(2):\n    model.transformer.h[i].output[:] *= 2",
@@ -72,7 +101,8 @@ def test_the_loop_variable_is_left_as_python_leaves_it(steps):
     "for b in model.transformer.h:\n    b.output = b.output * 2",
     "s = 2\nfor b in model.transformer.h:\n    b.output[:] *= s",
     "for b in model.transformer.h:\n    b.output.grad[:] *= 2\nmodel.output.logits.sum().backward()",
-], ids=["a name bound", "a call", "not every block", "else", "a submodule", "an event read", "a replacement",
+], ids=["a list: an index not constant", "a list: a condition", "a list: a call", "a list: not saved",
+        "a list: more than the value", "a name bound", "a call", "not every block", "else", "a submodule", "an event read", "a replacement",
         "a name the cell binds", "a gradient"])
 def test_loops_that_do_more_run_as_statements(cell):
     assert all(node.loop is None for node in compile_cell(cell).nodes)
@@ -117,6 +147,26 @@ def test_a_block_the_model_never_calls_is_said_as_the_statement_says_it(direct, 
         nbgrad.trace(model, torch.ones(1, 4), "for layer in model.layers:\n    layer.output[:] *= 2\n")
     assert "line 2" in str(raised.value) and "model.layers[2]" in str(raised.value).replace("layer.output", "")
     assert hook_count(model) == 0
+
+
+def test_a_list_of_blocks_called_out_of_order_is_in_the_lists_order(monkeypatch):
+    """Reads may come in any order: a block that runs before its turn is read when the list gets to it."""
+    model = Skipping([2, 0, 1])
+    cell = "outs = [layer.output.save() for layer in model.layers]\n"
+    lists = []
+    for direct in (True, False):
+        monkeypatch.setattr(nbgrad.api, "DIRECT_RUN", direct)
+        namespace = {"model": model}
+        result = nbgrad.trace(model, torch.ones(1, 4), cell, namespace)
+        lists.append(namespace["outs"])
+        assert list(result.saved) == ["outs[0]", "outs[1]", "outs[2]"] and hook_count(model) == 0
+    x = torch.ones(1, 4)
+    plain = {}
+    for index in model.order:
+        x = plain[index] = model.layers[index](x)
+    for ours in lists:
+        for index in range(3):
+            torch.testing.assert_close(ours[index], plain[index])
 
 
 def test_blocks_called_out_of_order_get_the_statements_message(monkeypatch):

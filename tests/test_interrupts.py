@@ -40,6 +40,8 @@ CELLS = {
     "edit loop": ("for i in range(len(model.transformer.h)):\n"
                   "    model.transformer.h[i].output[:, 0] *= 2\n"
                   "logits = model.output.logits.save()\n"),
+    # a list of each block's saved output: each block's value saved from its event (a HookLoop of a list)
+    "list": "outs = [b.output[:, -1].save() for b in model.transformer.h]\nlogits = model.output.logits.save()\n",
     # read and kept only: its events are logged in the forward and its statements run on the log (Program.quiet)
     "quiet": ("outs = [model.transformer.h[i].output.save() for i in reversed(range(len(model.transformer.h)))]\n"
               "last = model.transformer.h[-1].output[:, -1].save()\n"),
@@ -50,7 +52,7 @@ CHECK = ("after = model.transformer.h[0].output.save()\n"
          "    after_grad = after.grad.save()\n")
 IDS = torch.tensor([[5, 9, 2, 7]])
 CELL_NAMES = ("hs", "logits", "g", "after", "after_grad", "c", "outs", "last")      # what the cells above bind
-DIRECT = ("backward", "edit loop", "forward", "loop", "quiet")     # cells that run as a direct run (engine/run/direct.py)
+DIRECT = ("backward", "edit loop", "forward", "list", "loop", "quiet")     # cells that run as a direct run (engine/run/direct.py)
 
 
 def plain_check(model):

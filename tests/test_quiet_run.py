@@ -63,30 +63,37 @@ def test_a_quiet_cell_gives_what_the_runtime_gives(cell, capfd):
 
 
 def statements_in_forward(model, source, namespace=None) -> list:
-    """For each time a statement of the cell was resumed: whether the model's forward was running then."""
+    """For each time a statement of the cell was resumed, or a HookLoop's body called for a block (its `_step` or
+    `_collect`): whether the model's forward was running then."""
     running, seen = [False], []
     handles = [model.register_forward_pre_hook(lambda m, a: running.__setitem__(0, True), prepend=True),
                model.register_forward_hook(lambda m, a, o: running.__setitem__(0, False), always_call=True)]
-    original = DirectRun._advance
+    originals = {name: getattr(DirectRun, name) for name in ("_advance", "_step", "_collect")}
 
-    def advance(self, task, value, error=None):
-        seen.append(running[0])
-        return original(self, task, value, error)
-    DirectRun._advance = advance
+    def spy(original):
+        def resumed(self, task, value, error=None):
+            seen.append(running[0])
+            return original(self, task, value, error)
+        return resumed
+    for name, original in originals.items():
+        setattr(DirectRun, name, spy(original))
     try:
         nbgrad.trace(model, IDS, source, namespace if namespace is not None else {"model": model})
     finally:
-        DirectRun._advance = original
+        for name, original in originals.items():
+            setattr(DirectRun, name, original)
         for handle in handles:
             handle.remove()
     return seen
 
 
 def test_a_quiet_cells_statements_run_after_the_forward_and_the_others_inside_it():
-    quiet = statements_in_forward(MODEL, QUIET["every block by index"])
+    quiet = statements_in_forward(MODEL, "outs = [model.transformer.h[i].output.save() for i in range(3)]")
     computing = statements_in_forward(MODEL, "outs = [model.transformer.h[i].output.clone().save() for i in range(3)]")
     assert len(quiet) == len(computing) == 4 and not any(quiet)
     assert computing == [False, True, True, True]      # started before the model, woken by each block
+    # a list of every block's saved output, a HookLoop: each block's element saved from the log, after the forward
+    assert statements_in_forward(MODEL, QUIET["every block by index"]) == [False, False, False]
 
 
 def test_values_equal_plain_hooks():

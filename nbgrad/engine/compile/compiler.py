@@ -249,7 +249,7 @@ class _Builder:
             starts = tuple(self.pass_at[position(n)] for n in walk_cell_level(stmt) if is_backward_call(n))
             if isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
                 stmt = ast.copy_location(ast.Assign(targets=[stmt.target], value=stmt.value), stmt)
-            loop = hook_loop(stmt, self.cell_bound, self.filename) if block is None and invoke is None else None
+            loop = hook_loop(stmt, self) if block is None and invoke is None else None
             rewriter = Rewriter(self, written_events(stmt))
             result = rewriter.visit(stmt)
             rewritten = rewriter.hoisted + (result if isinstance(result, list) else [result])

@@ -1,13 +1,16 @@
-"""Loops that only edit what each block returns, compiled to run inside each block's hook (run/direct.py).
+"""Loops that only edit or save what each block returns, compiled to run inside each block's hook (run/direct.py).
 
     for i in range(len(model.transformer.h)):          for block in model.transformer.h:
         model.transformer.h[i].output[:] *= 0.5            block.output[:, -1] += steer
 
+    resid = [block.output[:, -1].save() for block in model.transformer.h]
+
 Run as a statement, such a loop pauses at every block: the block's hook resumes the statement, which edits, moves
 on to the next block, finds it and waits again. That is six Python calls at every block, run cold between two
 layers of the forward (bench/overhead.py, (c)). Nothing in the loop's body needs that: it only edits the value
-of the loop's own event, with operands the cell does not bind. So the body is also compiled as a plain function of
-that value, and a direct run calls it from each block's event, as a raw hook would (HookLoop). Pure questions about
+of the loop's own event, with operands the cell does not bind (or saves a view of it, for the list). So the body
+is also compiled as a plain function of that value, and a direct run calls it from each block's event, as a raw
+hook would (HookLoop). Pure questions about
 the syntax tree, as in cellast.py; the run decides whether the loop's blocks allow it (DirectRun._start_loop)."""
 from __future__ import annotations
 
@@ -17,8 +20,9 @@ import dataclasses
 import types
 from dataclasses import dataclass
 
-from .program import TEMP_PREFIX
-from .cellast import EVENT_ATTRS
+from .program import RUNTIME_NAME, TEMP_PREFIX
+from .cellast import EVENT_ATTRS, is_save_call
+from .keeping import _basic_index
 
 VALUE = f"{TEMP_PREFIX}value"
 # What an edit's index and operand may be made of: reads of names and constants, and arithmetic on them; no call
@@ -38,16 +42,21 @@ class HookLoop:
     path: str                     # PATH as written
     body: types.CodeType          # `def <cell>(__nbgrad_value): <the body, the event read as __nbgrad_value>`
     use: int = -1                 # the use id of the body's event, once the statement is compiled
+    # A list of saved outputs: the name it is bound to, and `body` is `(__nbgrad_value, name) -> the saved element`
+    result: str | None = None
 
 
-def hook_loop(stmt: ast.stmt, cell_bound: set, filename: str) -> HookLoop | None:
-    """The HookLoop a `for` statement is, before the rewriter edits it; None where the loop does anything more."""
+def hook_loop(stmt: ast.stmt, builder) -> HookLoop | None:
+    """The HookLoop a `for` statement or a list of saved outputs is, before the rewriter edits it; None where it
+    does anything more. (`builder`: the compiler's, for the names the cell binds, its file name and text.)"""
+    cell_bound, filename, source = builder.cell_bound, builder.filename, builder.source
+    if isinstance(stmt, ast.Assign):
+        return _hook_list(stmt, cell_bound, filename, source)
     if not (isinstance(stmt, ast.For) and not stmt.orelse and isinstance(stmt.target, ast.Name) and stmt.body):
         return None
     name = stmt.target.id
-    container, by_index = _container(stmt.iter)
-    path = _path(container) if container is not None else None
-    if path is None or path[0] in cell_bound or path[0] == name or by_index and {"range", "len"} & cell_bound:
+    container, by_index, path = _loop_path(stmt.iter, name, cell_bound)
+    if path is None:
         return None
     body = copy.deepcopy(stmt.body)
     for edit in body:
@@ -59,6 +68,47 @@ def hook_loop(stmt: ast.stmt, cell_bound: set, filename: str) -> HookLoop | None
             return None
         target.value = ast.copy_location(ast.Name(id=VALUE, ctx=ast.Load()), target.value)
     return HookLoop(name, path[0], path[1], by_index, ast.unparse(container), _function(body, stmt.lineno, filename))
+
+
+def _hook_list(stmt: ast.Assign, cell_bound: set, filename: str, source: str) -> HookLoop | None:
+    """`NAME = [PATH[i].output[...].save() for i in range(len(PATH))]` (or `for b in PATH`, `b.output`), constant
+    indices only: each block's value saved from its event, the list bound once the last block's is."""
+    comprehension = stmt.value
+    if not (len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+            and isinstance(comprehension, ast.ListComp) and len(comprehension.generators) == 1):
+        return None
+    generator, saved = comprehension.generators[0], comprehension.elt
+    if generator.ifs or generator.is_async or not isinstance(generator.target, ast.Name) or not is_save_call(saved):
+        return None
+    name, result = generator.target.id, stmt.targets[0].id
+    container, by_index, path = _loop_path(generator.iter, name, cell_bound)
+    kept = copy.deepcopy(saved.func.value)           # `E.output[:, -1]`
+    parent, event = None, kept
+    while isinstance(event, ast.Subscript) and _basic_index(event.slice):
+        parent, event = event, event.value
+    if path is None or result in (name, path[0]) or not _is_event(event, name, container, by_index):
+        return None
+    value = ast.copy_location(ast.Name(id=VALUE, ctx=ast.Load()), event)
+    if parent is None:
+        kept = value
+    else:
+        parent.value = value
+    label = ast.get_source_segment(source, saved.func.value) or ast.unparse(saved.func.value)
+    save = ast.Attribute(value=ast.Name(id=RUNTIME_NAME, ctx=ast.Load()), attr="save", ctx=ast.Load())
+    body = [ast.copy_location(ast.Return(value=ast.Call(func=save, args=[
+        kept, ast.Constant(saved.lineno), ast.Constant(label)], keywords=[])), saved)]
+    return HookLoop(name, path[0], path[1], by_index, ast.unparse(container),
+                    _function(body, stmt.lineno, filename, (VALUE, name)), result=result)
+
+
+def _loop_path(iterable: ast.expr, name: str, cell_bound: set) -> tuple:
+    """(PATH, by_index, (root, attributes)) of a loop's iterable over a path the cell does not bind; the last None
+    where it is none."""
+    container, by_index = _container(iterable)
+    path = _path(container) if container is not None else None
+    if path is None or path[0] in cell_bound or path[0] == name or by_index and {"range", "len"} & cell_bound:
+        return container, by_index, None
+    return container, by_index, path
 
 
 def with_use(loop: HookLoop, events: tuple, use: int) -> HookLoop | None:
@@ -114,12 +164,13 @@ def _operand(node: ast.expr, cell_bound: set, name: str) -> bool:
     return True
 
 
-def _function(body: list, line: int, filename: str) -> types.CodeType:
-    """The code of `def <cell>(__nbgrad_value): <body>`, every line the cell's."""
-    arguments = ast.arguments(posonlyargs=[], args=[ast.arg(arg=VALUE)], kwonlyargs=[], kw_defaults=[], defaults=[])
+def _function(body: list, line: int, filename: str, parameters: tuple = (VALUE,)) -> types.CodeType:
+    """The code of `def <cell>(__nbgrad_value, ...): <body>`, every line the cell's."""
+    arguments = ast.arguments(posonlyargs=[], args=[ast.arg(arg=parameter) for parameter in parameters],
+                              kwonlyargs=[], kw_defaults=[], defaults=[])
+    last = max(getattr(edit, "end_lineno", line) or line for edit in body)
     function = ast.FunctionDef(name=f"{TEMP_PREFIX}loop", args=arguments, body=body, decorator_list=[], returns=None,
-                               type_params=[], lineno=line, col_offset=0,
-                               end_lineno=max(getattr(edit, "end_lineno", line) or line for edit in body), end_col_offset=0)
+                               type_params=[], lineno=line, col_offset=0, end_lineno=last, end_col_offset=0)
     module = ast.fix_missing_locations(ast.Module(body=[function], type_ignores=[]))
     module_code = compile(module, filename, "exec")
     code = next(const for const in module_code.co_consts if isinstance(const, types.CodeType))

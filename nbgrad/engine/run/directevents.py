@@ -49,7 +49,7 @@ class DirectEvents:
                 self.timeline.append((task.index, request.use, self.phase))
                 if type(value) is not Tensor:
                     self._note_type(request.use, self.uses[request.use], value)
-                (self._step if type(task) is Step else self._advance)(task, value)
+                (task.loop.advance if type(task) is Step else self._advance)(task, value)
             finally:
                 self.cause, self.live = outer, None
         new = values[key]
@@ -65,7 +65,7 @@ class DirectEvents:
             for task, request in waiting:
                 task.cause = self.cause
                 self.timeline.append((task.index, request.use, self.phase))
-                advance = self._step if type(task) is Step else self._advance      # a HookLoop's block, or a statement
+                advance = task.loop.advance if type(task) is Step else self._advance     # a HookLoop's block, or not
                 try:
                     kind = type(request)
                     answered, value = (self._read(task, request) if kind is Read else self._write(task, request)

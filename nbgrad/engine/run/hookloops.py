@@ -1,5 +1,5 @@
-"""A direct run's loops that only edit each block's output (compile/hookloops.py): the body called from each block's
-event, as a raw hook would run it, instead of the statement resumed there. A mixin of DirectRun, whose attributes
+"""A direct run's loops that only edit or save each block's output (compile/hookloops.py): the body called from each
+block's event, as a raw hook would run it, instead of the statement resumed there. A mixin of DirectRun, whose attributes
 it uses.
 
 Each block gets a Step, parked on the block's event with the loop's own request, as the statement would have parked
@@ -23,8 +23,9 @@ class Step:
 
 
 class _Loop:
-    """What a loop's Steps share: its variable, body and use, how many blocks it has and which it edits next."""
-    __slots__ = ("name", "body", "use", "size", "next", "first")
+    """What a loop's Steps share: its variable, body and use, how many blocks it has and which it takes next; for a
+    list, the name it is bound to, its elements so far and the blocks that came before their turn."""
+    __slots__ = ("name", "body", "use", "size", "next", "first", "result", "values", "early", "advance")
 
 
 class HookLoops:
@@ -47,12 +48,13 @@ class HookLoops:
         self.unstarted.remove(node)
         state = _Loop()
         state.name, state.body, state.use = loop.name, types.FunctionType(loop.body, ns), loop.use
-        state.size, state.next = len(blocks), 0
-        request = Read(None, loop.use, None)
+        state.size, state.next, state.result, state.values, state.early = len(blocks), 0, loop.result, [], {}
+        state.advance = self._step if loop.result is None else self._collect     # what a Step's event calls
+        request, index, cause = Read(None, loop.use, None), node.spec.index, self.cause
         parked, hooks = self.parked, self.hooks
         for position, block in enumerate(blocks):
             step = Step()
-            step.index, step.gen, step.cause, step.module, step.grad_mode = node.spec.index, _CLOSED, self.cause, block, None
+            step.index, step.gen, step.cause, step.module, step.grad_mode = index, _CLOSED, cause, block, None
             step.loop, step.position, step.item = state, position, position if loop.by_index else block
             key = (id(block), "output")
             if key not in hooks:
@@ -66,7 +68,7 @@ class HookLoops:
         return True
 
     def _step(self, step: Step, value, error: Exception | None = None) -> None:
-        """A block of a loop returned `value`: the loop's body edits it (DirectRun._advance, for a Step)."""
+        """A block of an edit loop returned `value`: the loop's body edits it (DirectRun._advance, for a Step)."""
         loop = step.loop
         self.in_statement += 1
         try:
@@ -84,7 +86,37 @@ class HookLoops:
             self.in_statement -= 1
         loop.next += 1
         if loop.next == loop.size:
-            self.finished.add(step.index)
-            self.tasks.remove(loop.first)
-            if self.unstarted:
-                self._start_ready()
+            self._loop_done(loop)
+
+    def _collect(self, step: Step, value, error: Exception | None = None) -> None:
+        """A block of a list of saved outputs returned `value`: its element, saved, in the list's order. A block that
+        comes before its turn waits for it, as the statement's read would find its value kept."""
+        loop = step.loop
+        if error is None and step.position != loop.next:
+            loop.early[step.position] = (step, value)
+            return
+        while True:
+            self.in_statement += 1
+            try:
+                if error is not None:
+                    raise error
+                loop.values.append(loop.body(value, step.item))
+            except BaseException:
+                self.failed = step.index if self.failed is None else self.failed
+                raise
+            finally:
+                self.in_statement -= 1
+            loop.next += 1
+            if loop.next not in loop.early:
+                break
+            step, value = loop.early.pop(loop.next)
+        if loop.next == loop.size:
+            self.ns[loop.result] = loop.values
+            self._loop_done(loop)
+
+    def _loop_done(self, loop: _Loop) -> None:
+        """The loop's last block is done: the statement has finished."""
+        self.finished.add(loop.first.index)
+        self.tasks.remove(loop.first)
+        if self.unstarted:
+            self._start_ready()
