@@ -148,7 +148,8 @@ PATTERN_CELL = ("pattern = model.transformer.h[0].attn.source.attention_interfac
 
 
 def test_an_attention_pattern_and_its_gradient_read_inside_the_forward_on_the_gpu():
-    """A site's gradient hook runs on autograd's device thread, as a module output's does."""
+    """On the GPU autograd calls gradient hooks from its device thread: a site's gradient is taken there, as a module
+    output's is (test_gradient_hook_runs_on_autograd_device_thread_and_is_read)."""
     model = tiny_gpt2().to(GPU)
     model.config._attn_implementation = "eager"
     namespace = {"model": model}

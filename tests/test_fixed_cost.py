@@ -88,7 +88,8 @@ def test_a_small_cell_makes_few_python_calls_into_nbgrad(default_model, source, 
     assert calls[("api.py", "trace")] == 1      # the count sees nbgrad's own frames
 
 
-@pytest.mark.parametrize("source", [ONE_READ, ONE_GRADIENT], ids=["one read", "one gradient"])
+@pytest.mark.parametrize("source", [ONE_READ, ONE_GRADIENT, EDIT_LOOP, SAVE_EVERY],
+                         ids=["one read", "one gradient", "an edit loop", "a list of every block"])
 def test_a_run_is_freed_without_the_garbage_collector(default_model, source):
     """A run leaves no reference cycle: what it held (its runtime, the namespace it made, the saved tensors
     and their autograd graph) goes the moment the caller lets go, not at a later collector pass, which would

@@ -10,8 +10,8 @@ on to the next block, finds it and waits again. That is six Python calls at ever
 layers of the forward (bench/overhead.py, (c)). Nothing in the loop's body needs that: it only edits the value
 of the loop's own event, with operands the cell does not bind (or saves a view of it, for the list). So the body
 is also compiled as a plain function of that value, and a direct run calls it from each block's event, as a raw
-hook would (HookLoop). Pure questions about
-the syntax tree, as in cellast.py; the run decides whether the loop's blocks allow it (DirectRun._start_loop)."""
+hook would (HookLoop). Pure questions about the syntax tree, as in cellast.py; the run decides whether the loop's
+blocks allow it (run/hookloops.py)."""
 from __future__ import annotations
 
 import ast
@@ -34,7 +34,8 @@ _NOT_OPERANDS = frozenset(EVENT_ATTRS + ("source", "skip", "save", "backward"))
 
 @dataclass(frozen=True)
 class HookLoop:
-    """A loop over the blocks of PATH (`root.attr.attr`, a ModuleList) whose body only edits each block's output."""
+    """A loop over the blocks of PATH (`root.attr.attr`, a ModuleList) whose body only edits each block's output, or
+    a list of each block's saved output."""
     name: str                     # the loop variable: an index (`by_index`) or the block
     root: str                     # PATH's root name, which the cell does not bind
     attributes: tuple             # the attribute names after it
@@ -159,7 +160,7 @@ def _operand(node: ast.expr, cell_bound: set, name: str) -> bool:
         if isinstance(part, ast.Attribute) and part.attr in _NOT_OPERANDS:
             return False
         if isinstance(part, ast.Name) and (part.id != name and part.id in cell_bound
-                                          or part.id.startswith(TEMP_PREFIX) or part.id == "__nbgrad__"):
+                                          or part.id.startswith(TEMP_PREFIX) or part.id == RUNTIME_NAME):
             return False
     return True
 

@@ -22,6 +22,13 @@ class Step:
     __slots__ = ("index", "gen", "cause", "module", "grad_mode", "loop", "position", "item")
 
 
+class _Started:
+    """What stands for a loop in the run's started tasks until its last block is done: no reference to the loop,
+    so that nothing of a run makes a cycle once its parked Steps are let go (a cycle through the loop's bound
+    `advance` would hold the whole run until a collector pass)."""
+    __slots__ = ("index", "gen")
+
+
 class _Loop:
     """What a loop's Steps share: its variable, body and use, how many blocks it has and which it takes next; for a
     list, the name it is bound to, its elements so far and the blocks that came before their turn."""
@@ -60,7 +67,8 @@ class HookLoops:
             if key not in hooks:
                 self._hook(block, key)
             parked.setdefault(key, []).append((step, request))
-        state.first = parked[(id(blocks[0]), "output")][-1][0]
+        state.first = _Started()
+        state.first.index, state.first.gen = index, _CLOSED
         self.tasks.append(state.first)           # until the last block's edit: `_exit` closes what is still started
         self.requested.add(loop.use)
         self.covered = self.covered | {loop.path}      # its blocks are hooked: `_hook_targets` passes PATH over
