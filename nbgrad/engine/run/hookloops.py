@@ -103,7 +103,7 @@ class HookLoops:
         if error is None and step.position != loop.next:
             loop.early[step.position] = (step, value)
             return
-        while True:
+        while True:        # the body's call as `_step` makes it, written out: a helper would be a call more a block
             self.in_statement += 1
             try:
                 if error is not None:
