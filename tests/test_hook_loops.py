@@ -102,8 +102,8 @@ def test_lists_of_saved_outputs_take_the_hook_loop(cell):
     "s = 2\nfor b in model.transformer.h:\n    b.output[:] *= s",
     "for b in model.transformer.h:\n    b.output.grad[:] *= 2\nmodel.output.logits.sum().backward()",
 ], ids=["a list: an index not constant", "a list: a condition", "a list: a call", "a list: not saved",
-        "a list: more than the value", "a name bound", "a call", "not every block", "else", "a submodule", "an event read", "a replacement",
-        "a name the cell binds", "a gradient"])
+        "a list: more than the value", "a name bound", "a call", "not every block", "else", "a submodule",
+        "an event read", "a replacement", "a name the cell binds", "a gradient"])
 def test_loops_that_do_more_run_as_statements(cell):
     assert all(node.loop is None for node in compile_cell(cell).nodes)
 

@@ -51,8 +51,9 @@ CHECK = ("after = model.transformer.h[0].output.save()\n"
          "with model.output.logits.sum().backward():\n"
          "    after_grad = after.grad.save()\n")
 IDS = torch.tensor([[5, 9, 2, 7]])
-CELL_NAMES = ("hs", "logits", "g", "after", "after_grad", "c", "outs", "last")      # what the cells above bind
-DIRECT = ("backward", "edit loop", "forward", "list", "loop", "quiet")     # cells that run as a direct run (engine/run/direct.py)
+CELL_NAMES = ("hs", "logits", "g", "after", "after_grad", "c", "outs", "last", "i")      # what the cells above bind
+# cells that run as a direct run (engine/run/direct.py)
+DIRECT = ("backward", "edit loop", "forward", "list", "loop", "quiet")
 
 
 def plain_check(model):
