@@ -89,3 +89,29 @@ def test_flags_of_offloaded_parameters_are_restored_after_the_cell(llama, tmp_pa
     ids = torch.tensor([[1, 2, 3]])
     nbgrad.trace(model, ids, "model.requires_grad_(False)\nx = model.output.logits.save()")
     assert [name for name, p in model.named_parameters() if not p.requires_grad] == []
+
+
+def test_a_model_without_input_embeddings_finds_its_device_again_after_its_tensors_change():
+    # A model of one's own on a float INPUT: its first tensor's device, remembered between cells while that tensor
+    # is still where it was found and nothing was registered since; moved, swapped or offloaded, it is looked up
+    mlp = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    x = torch.randn(5, 3)
+    for _ in range(2):
+        result = nbgrad.trace(mlp, x, "h = model[0].output.save()\ny = model.output.save()")
+        assert torch.equal(result.saved["h"], mlp[0](x)) and torch.equal(result.saved["y"], mlp(x))
+        assert input_device(mlp) == torch.device("cpu")
+    mlp[0]._parameters["weight"] = nn.Parameter(torch.empty(4, 3, device="meta"))   # swapped as accelerate does
+    assert input_device(mlp) == torch.device("cpu")          # the first tensor on a device: the bias
+    mlp.to("meta")
+    assert input_device(mlp) is None
+    mlp.to_empty(device="cpu")
+    assert input_device(mlp) == torch.device("cpu")
+    mlp.register_buffer("scale", torch.ones(1, device="meta"))    # now first of all, and on no device
+    assert input_device(mlp) == torch.device("cpu")
+    mlp.to("meta")
+    assert input_device(mlp) is None
+    buffers_only = nn.Sequential(nn.BatchNorm1d(3, affine=False))
+    assert input_device(buffers_only) == input_device(buffers_only) == torch.device("cpu")
+    empty = nn.Sequential(nn.Tanh())
+    assert input_device(empty) is None and torch.equal(nbgrad.trace(empty, x, "y = model.output.save()").saved["y"],
+                                                       torch.tanh(x))

@@ -53,6 +53,9 @@ def call_arguments(value, model: nn.Module, tokenizer=None) -> tuple:
                                            _no_embeddings if embeddings is None else weakref.ref(embeddings))
             device = input_device(model, checked[4]())
             return ((value if device is None or value.device == device else value.to(device)),), {}
+        if value.numel():          # features or pixels (a model of one's own): no ids to check, nothing to encode
+            device = input_device(model)
+            return ((value if device is None or value.device == device else value.to(device)),), {}
     return _general_arguments(value, model, tokenizer)
 
 
@@ -140,11 +143,8 @@ def input_device(model: nn.Module, embeddings=_LOOK_UP):
         device = _execution_device(module)
         if device is not None:
             return device
-    for module in (embeddings, model):
-        device = _tensor_device(module)
-        if device is not None:
-            return device
-    return None
+    device = _tensor_device(embeddings)
+    return device if device is not None else _model_tensor_device(model)
 
 
 def _execution_device(module):
@@ -167,6 +167,50 @@ def _tensor_device(module):
     tensors = itertools.chain(module._parameters.values(), module._buffers.values(), module.parameters(),
                               module.buffers())
     return next((tensor.device for tensor in tensors if tensor is not None and tensor.device.type != "meta"), None)
+
+
+# id(model) -> (the model, weakly; structure version; the dict that holds its first tensor; that tensor's name;
+# the tensor, weakly) for the last few models whose first tensor `_tensor_device` finds is on a device: a loop of
+# cells on a model without input embeddings (a model of one's own) walks its modules once, not before every cell.
+_first_tensors: dict = {}
+_FIRST_TENSORS_KEPT = 8
+
+
+def _model_tensor_device(model: nn.Module):
+    """`_tensor_device(model)`, from the parameter found last time while it is still the one its module holds
+    there (accelerate swaps tensors in `_parameters` without registering them), no module or parameter has been
+    registered anywhere since, and no buffer of the model itself, which would come before a block's parameter."""
+    kept = _first_tensors.get(id(model))
+    if (kept is not None and kept[0]() is model and kept[1] == moduletree._structure_version[0]
+            and (kept[2] is model._parameters or not model._buffers)):
+        tensor = kept[2].get(kept[3])
+        if tensor is not None and tensor is kept[4]():
+            device = tensor.device
+            if device != _META:
+                return device
+    found = _first_tensor(model)
+    if found is None:
+        return None
+    store, name, tensor = found
+    if tensor.device == _META or not isinstance(tensor, nn.Parameter):
+        return _tensor_device(model)        # offloaded, or a model with buffers only: looked up every time
+    if len(_first_tensors) >= _FIRST_TENSORS_KEPT:
+        _first_tensors.pop(next(iter(_first_tensors)))
+    _first_tensors[id(model)] = (weakref.ref(model), moduletree._structure_version[0], store, name,
+                                 weakref.ref(tensor))
+    return tensor.device
+
+
+def _first_tensor(model: nn.Module):
+    """(the dict that holds it, its name, the tensor) of the first tensor `_tensor_device(model)` looks at: the
+    model's own parameters, its own buffers, then every module's parameters, then buffers, in torch's order."""
+    for stores in ((model._parameters, model._buffers), (module._parameters for module in model.modules()),
+                   (module._buffers for module in model.modules())):
+        for store in stores:
+            for name, tensor in store.items():
+                if tensor is not None:
+                    return store, name, tensor
+    return None
 
 
 def _to(value, device):
