@@ -130,14 +130,14 @@ class DirectRun(DirectEvents, HookLoops, CellState):
         try:
             try:
                 output = self.model(*call_args, **call_kwargs)
-                if self.returned is not None:
-                    self._on_event(self.returned, None, None, output)
             except Exception:
                 if self.logged:      # what a quiet cell's statements did inside the hooks before the model failed
                     self._replay()
                 raise
             if self.logged is not None:
                 self._replay()
+            if self.returned is not None:      # the last event of the forward, after those a quiet cell logged
+                self._on_output(self.returned, None, None, output)
         except RuntimeError as error:
             hints.note_float_ids(error, call_args, call_kwargs)
             raise

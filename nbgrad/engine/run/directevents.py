@@ -174,13 +174,8 @@ class DirectEvents:
             self.hooks[key] = RETURNED
             self.returned = key
             return
-        # (`_on_event`, written out: a property's call less for every module hooked)
+        # What answers the module's output event: a quiet cell logs it
         self.hooks.forward_hook(key, module, partial(self._log_event if self.program.quiet else self._on_output, key))
-
-    @property
-    def _on_event(self):
-        """What answers a module's output event, from its hook or from the model's return: a quiet cell logs it."""
-        return self._log_event if self.program.quiet else self._on_output
 
     def _log_event(self, key, module, args, value):
         """A quiet cell's hook (Program.quiet): the event, kept for `_replay`, as raw hooks keep what they read. Once
