@@ -139,6 +139,8 @@ def input_device(model: nn.Module, embeddings=_LOOK_UP):
             device = weight.device
             if device != _META:        # compared as devices: `device.type` makes a string, slow when cold
                 return device
+    elif embeddings is None and "_hf_hook" not in vars(model):
+        return _model_tensor_device(model)      # a model of one's own, placed by no one: where its tensors are
     for module in (embeddings, model):
         device = _execution_device(module)
         if device is not None:
