@@ -34,6 +34,9 @@ EDIT_LOOP_CALL_BUDGET = 58
 # HookLoop of a list); the comprehension resumed at each block made 75
 SAVE_EVERY = "outs = [model.transformer.h[i].output.save() for i in range(len(model.transformer.h))]"
 SAVE_EVERY_CALL_BUDGET = 56
+ONE_READ_OF_ONES_OWN = "h = model[1].output.save()"
+# A one-read cell on a model of one's own (34 calls; 48 through the general INPUT path it took before)
+OWN_MODEL_CALL_BUDGET = 36
 TENSOR_OP_BUDGET = 0
 
 
@@ -74,7 +77,18 @@ def _ops(run) -> collections.Counter:
                          ids=["one read", "one gradient", "an edit loop", "a list of every block"])
 def test_a_small_cell_makes_few_python_calls_into_nbgrad(default_model, source, budget):
     ids = nbgrad.tokenizer_for(default_model)("The capital of France is", return_tensors="pt")["input_ids"]
-    run = lambda: (nbgrad.trace(default_model, ids, source), default_model.zero_grad())       # noqa: E731
+    _assert_calls_within(lambda: (nbgrad.trace(default_model, ids, source), default_model.zero_grad()), budget)
+
+
+def test_a_cell_on_a_model_of_ones_own_makes_few_python_calls_into_nbgrad():
+    # A small MLP on a batch of floats (bench/overhead.py's (g)): no ids to check, no embeddings to find the device
+    # by. Through the general INPUT path, which walked the model for its device before every cell, it made 48 calls
+    mlp = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    x = torch.randn(3, 4)
+    _assert_calls_within(lambda: nbgrad.trace(mlp, x, ONE_READ_OF_ONES_OWN), OWN_MODEL_CALL_BUDGET)
+
+
+def _assert_calls_within(run, budget: int) -> None:
     for _ in range(3):
         run()           # compiled once, caches warm: the steady state a notebook sees
     gc.collect()        # what earlier tests left is freed now, not by a collection inside the count (byid.py's
