@@ -7,7 +7,8 @@ counts only the instructions of that loop (a fixed hash seed and one thread make
 nbgrad and raw hooks each get a process. Printed per scenario: instructions per cell, nbgrad over raw,
 and the difference. The ratio is far smaller than the time ratio: most of a cell's time over raw hooks is
 its code and data coming back into the caches that the model's forward filled. Needs valgrind
-(`apt-get install valgrind`). Run: `python bench/instructions.py [--runs 20]`.
+(`apt-get install valgrind`). Each side runs in minutes under valgrind, so the rows come as they finish, and
+`--only` picks scenarios. Run: `python bench/instructions.py [--runs 20] [--only "(a)" "(c)"]`.
 """
 from __future__ import annotations
 
@@ -67,6 +68,7 @@ def counted(label: str, who: str, runs: int) -> int:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--only", nargs="+", metavar="SCENARIO", help="only these, e.g. --only (a) (c)")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -74,14 +76,18 @@ def main(argv=None) -> None:
     if shutil.which("valgrind") is None:
         print("bench/instructions.py needs valgrind (apt-get install valgrind): skipped")
         return None
-    jobs = [(label, who) for label in SCENARIOS for who in ("nbgrad", "raw")]
-    with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
-        counts = dict(zip(jobs, pool.map(lambda job: counted(*job, args.runs), jobs)))
-    print(f"instructions per cell (callgrind, {args.runs} cells each, embedded model): nbgrad / raw hooks")
-    for label in SCENARIOS:
-        ours, raw = counts[(label, "nbgrad")], counts[(label, "raw")]
-        print(f"  {label:34s} {ours / raw:6.4f}x   {ours - raw:+9,d} instructions   "
-              f"nbgrad {ours:12,d}   raw hooks {raw:12,d}")
+    labels = [label for label in SCENARIOS if not args.only or label.split()[0] in args.only]
+    if not labels:
+        parser.error(f"--only names none of {', '.join(label.split()[0] for label in SCENARIOS)}")
+    print(f"instructions per cell (callgrind, {args.runs} cells each, embedded model): nbgrad / raw hooks; each "
+          f"side a process under valgrind (minutes each), each row printed as its two finish", flush=True)
+    with ThreadPoolExecutor(max_workers=max(1, min(2 * len(labels), os.cpu_count() or 1))) as pool:
+        sides = {label: [pool.submit(counted, label, who, args.runs) for who in ("nbgrad", "raw")]
+                 for label in labels}
+        for label in labels:
+            ours, raw = (side.result() for side in sides[label])
+            print(f"  {label:34s} {ours / raw:6.4f}x   {ours - raw:+9,d} instructions   "
+                  f"nbgrad {ours:12,d}   raw hooks {raw:12,d}", flush=True)
     return None
 
 
