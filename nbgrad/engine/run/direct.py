@@ -43,24 +43,14 @@ class DirectRun(DirectEvents, HookLoops, CellState):
     stepping = False                 # never one step of a generation
     rows = None                      # never invokes
     recorders = ()                   # never a cache
-    gradients = None                 # GradientEvents, when the cell reads a `.grad` or starts a backward pass
-    shapes = None                    # (id(module), "grad") -> shape of the gradient into its output, with gradients
-    pass_state = ()                  # per backward pass: "pending" | "running" | "done" (the GradientEvents' list)
-    # Where a run starts: set here, not in __init__, so that making a run sets only what it fills
-    live = None                      # the event whose statements run now
-    cause = None                     # the use id of the event being delivered now
-    failed = None                    # the index of the node whose statement raised
-    in_statement = 0                 # > 0 while a statement's own code runs: its module calls are not events
-    phase = BEFORE_MODEL
-    model_running = done = _exited = False     # done: the model's forward call has returned
-    thread_runtimes = None           # the runtimes list of the thread that entered this run, once its snapshot is whole
-    # For hints and messages, made when first needed: hooks first asked for while the model was already running;
-    # reads that returned a tuple or another non-tensor (as ForwardEvents')
-    late_hooks = tuple_reads = other_reads = last_replacement = None
-    logged = None                    # a quiet cell's events, key -> value in the order they came, until replayed
-    returned = None                  # the key of the model's own output, when answered from what its call returns
-    held = None                      # use id -> what its loop's `PATH[i]` reads find blocks in (elements.py), or False
-    covered = frozenset()            # the PATHs of loops whose blocks are hooked by their Steps (hookloops.py)
+    # Slots, not an instance dict: a run's state is read and written at every step of the cell, run cold between
+    # two forward passes, and a slot is read in place where a dict of some 25 keys, written in an order that depends
+    # on the cell, is a lookup each time (bench/instructions.py, (c): 33 k instructions a cell less)
+    __slots__ = ("program", "ns", "model", "no_grad", "uses", "hooks", "values", "parked", "by_id", "timeline",
+                 "unstarted", "finished", "tasks", "requested", "gradients", "shapes", "pass_state", "live", "cause",
+                 "failed", "in_statement", "phase", "model_running", "done", "_exited", "thread_runtimes",
+                 "late_hooks", "tuple_reads", "other_reads", "last_replacement", "logged", "returned", "held",
+                 "covered", "__weakref__")
 
     def __init__(self, program, namespace: dict, model, no_grad: bool = False):
         self.program, self.ns, self.model, self.no_grad = program, namespace, model, no_grad
@@ -74,6 +64,23 @@ class DirectRun(DirectEvents, HookLoops, CellState):
         self.finished: set = set()       # indices of finished nodes
         self.tasks: list = []            # started, not finished
         self.requested: set = set()      # use ids a statement has waited on
+        self.live = None                 # the event whose statements run now
+        self.cause = None                # the use id of the event being delivered now
+        self.failed = None               # the index of the node whose statement raised
+        self.in_statement = 0            # > 0 while a statement's own code runs: its module calls are not events
+        self.phase = BEFORE_MODEL
+        self.model_running = self.done = self._exited = False      # done: the model's forward call has returned
+        self.thread_runtimes = None      # the entering thread's runtimes list, once the run's snapshot is whole
+        # For hints and messages, made when first needed: hooks first asked for while the model was already running;
+        # reads that returned a tuple or another non-tensor (as ForwardEvents')
+        self.late_hooks = self.tuple_reads = self.other_reads = self.last_replacement = None
+        self.logged = None               # a quiet cell's events, key -> value in the order they came, until replayed
+        self.returned = None             # the key of the model's own output, when answered from what its call returns
+        self.held = None                 # use id -> where its loop's `PATH[i]` finds blocks (elements.py), or False
+        self.covered = frozenset()       # the PATHs of loops whose blocks are hooked by their Steps (hookloops.py)
+        self.gradients = None            # GradientEvents, when the cell reads a `.grad` or starts a backward pass
+        self.shapes = None               # (id(module), "grad") -> shape of the gradient into its output, with gradients
+        self.pass_state = ()             # per backward pass: "pending" | "running" | "done" (the GradientEvents' list)
         if program.has_gradients:
             self.shapes = {}
             self.gradients = GradientEvents(self)
