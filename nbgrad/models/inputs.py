@@ -52,10 +52,11 @@ def call_arguments(value, model: nn.Module, tokenizer=None) -> tuple:
                                            moduletree._structure_version[0],
                                            _no_embeddings if embeddings is None else weakref.ref(embeddings))
             device = input_device(model, checked[4]())
-            return ((value if device is None or value.device == device else value.to(device)),), {}
-        if value.numel():          # features or pixels (a model of one's own): no ids to check, nothing to encode
+        elif value.numel():        # features or pixels (a model of one's own): no ids to check, nothing to encode
             device = input_device(model)
-            return ((value if device is None or value.device == device else value.to(device)),), {}
+        else:
+            return _general_arguments(value, model, tokenizer)      # empty: its InputError
+        return ((value if device is None or value.device == device else value.to(device)),), {}
     return _general_arguments(value, model, tokenizer)
 
 
