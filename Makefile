@@ -54,8 +54,11 @@ lab-server:
 	done
 	cd "$(LAB_DIR)" && $(BIN)/jupyter lab --ip=127.0.0.1 $(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
 
+# Two workers (pytest-xdist): the browser tests wait on a server, a kernel and a page much of their time, which the
+# other worker's tests fill; what must not run side by side is grouped onto one worker (tests/conftest.py).
+TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
 
 bench: install
 	$(PY) bench/overhead.py

@@ -10,12 +10,18 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 NOTEBOOKS = sorted(EXAMPLES.glob("*.ipynb"))
 
 
+def _runs(path: Path):
+    """A tutorial as a test's parameter. One that writes to a fixed folder (`--out /tmp/...`) runs on the browser
+    tests' worker (conftest.py), never beside its own run in JupyterLab, which writes to the same folder."""
+    return pytest.param(path, marks=[pytest.mark.xdist_group("lab")] if "--out /" in path.read_text() else [])
+
+
 def test_the_tutorials_are_all_there():
     assert [p.name[:3] for p in NOTEBOOKS] == [f"{i:02d}_" for i in range(1, len(NOTEBOOKS) + 1)]
     assert len(NOTEBOOKS) >= 6
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [_runs(path) for path in NOTEBOOKS], ids=lambda p: p.stem)
 def test_notebook_runs_and_its_checks_pass(path):
     notebook = nbformat.read(path, as_version=4)
     NotebookClient(notebook, timeout=300, kernel_name="python3",
