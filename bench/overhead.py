@@ -5,7 +5,7 @@ the ratio is median(nbgrad) / median(raw) over 100 runs each by default, and the
 per-pair differences, with half the width of its 95% interval (what this run cannot tell apart). With
 `--device cuda` the models and ids live on the GPU, each timed run ends with `torch.cuda.synchronize()` (both
 sides alike), and memory is the CUDA caching allocator's peak. Run:
-`python bench/overhead.py [--runs N] [--small-runs N] [--device cpu|cuda]`.
+`python bench/overhead.py [--runs N] [--small-runs N] [--device cpu|cuda] [--quiet-below LOAD]`.
 """
 from __future__ import annotations
 
@@ -261,6 +261,19 @@ def machine_load() -> str:
     return f"load average {one:.2f} / {five:.2f} / {fifteen:.2f} over 1 / 5 / 15 min ({os.cpu_count()} cores)"
 
 
+def wait_until_quiet(below: float, most: float = 600.0) -> None:
+    """Wait (at most `most` seconds) until the machine's one-minute load average is under `below`: a run judged
+    "on a quiet machine" starts on one, not in the wake of a test run or a build (the load average decays over
+    minutes). Said, with how long it took, beside the load the rows print."""
+    if below <= 0 or not hasattr(os, "getloadavg"):
+        return
+    start = time.monotonic()
+    while os.getloadavg()[0] >= below and time.monotonic() - start < most:
+        time.sleep(5)       # polling a state (the load average), not waiting a fixed time
+    print(f"  [waited {time.monotonic() - start:.0f} s for a load average under {below}: "
+          f"{'reached' if os.getloadavg()[0] < below else 'not reached'}]")
+
+
 def embedded_setup() -> tuple:
     """Every bench's start: a fixed seed, the versions printed, and the embedded model, its tokenizer and
     the ids of one sentence."""
@@ -280,6 +293,8 @@ def main(argv=None) -> None:
     parser.add_argument("--small-runs", type=int, default=100, help="pairs on the GPT-2-small shape")
     parser.add_argument("--skip-small", action="store_true", help="only the embedded model")
     parser.add_argument("--device", default="cpu", help="where the models run (cpu, cuda)")
+    parser.add_argument("--quiet-below", type=float, default=0.0, metavar="LOAD",
+                        help="before each model's rows, wait (up to 10 min) for a 1-minute load average under LOAD")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda":
@@ -287,10 +302,12 @@ def main(argv=None) -> None:
         print(f"device: {torch.cuda.get_device_name(device)}")
     embedded, tokenizer, ids = embedded_setup()
     embedded, ids = embedded.to(device), ids.to(device)
+    wait_until_quiet(args.quiet_below)
     run_all("embedded default model", embedded, ids, args.runs, own_model=True)
     if not args.skip_small:
         gpt2_small = GPT2LMHeadModel(GPT2Config()).eval().to(device)
         ids_small = torch.randint(0, 50257, (1, 16)).to(device)
+        wait_until_quiet(args.quiet_below)
         run_all("GPT-2-small-shaped model (random weights)", gpt2_small, ids_small, args.small_runs,
                 tokenizer=tokenizer)         # the embedded tokenizer's ids are within GPT-2's vocabulary
 
