@@ -43,13 +43,9 @@ def shell():
 # - "lab": the browser tests, which share a JupyterLab server (a session fixture: one per worker), and the
 #   headless run of a tutorial that writes to a fixed folder, as its run in the browser does (test_notebooks.py);
 # - "ray": a local Ray cluster per module, whose processes and session folder a second cluster would contend for.
-_GROUPS = (("browser", "lab"), ("test_datasets_ray.py", "ray"))
-
-
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        path = str(item.fspath)
-        for part, group in _GROUPS:
-            if part in path:
-                item.add_marker(pytest.mark.xdist_group(group))
-                break
+        group = "lab" if item.path.parent.name == "browser" else "ray" if item.path.name == "test_datasets_ray.py" \
+            else None
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
