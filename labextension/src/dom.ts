@@ -9,3 +9,14 @@ export function el(tag: string, cls?: string, text?: string): HTMLElement {
   }
   return node;
 }
+
+// A count as the sidebar shows it: 884.0k, 1.2M.
+export function count(n: number): string {
+  if (n >= 1e6) {
+    return `${(n / 1e6).toFixed(1)}M`;
+  }
+  if (n >= 1e3) {
+    return `${(n / 1e3).toFixed(1)}k`;
+  }
+  return String(n);
+}

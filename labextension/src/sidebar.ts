@@ -11,11 +11,11 @@ import {
   NotebookActions,
   NotebookPanel
 } from '@jupyterlab/notebook';
-import { Kernel } from '@jupyterlab/services';
+import { CommsOverSubshells, Kernel } from '@jupyterlab/services';
 import { treeViewIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
-import { el } from './dom';
-import { isSitesReply, showSites } from './sites';
+import { count, el } from './dom';
+import { isSitesReply, SitesShown } from './sites';
 
 export interface IModuleNode {
   name: string;
@@ -37,16 +37,6 @@ const EAGER_NODES = 200;
 
 function size(node: IModuleNode): number {
   return 1 + node.children.reduce((total, child) => total + size(child), 0);
-}
-
-function count(n: number): string {
-  if (n >= 1e6) {
-    return `${(n / 1e6).toFixed(1)}M`;
-  }
-  if (n >= 1e3) {
-    return `${(n / 1e3).toFixed(1)}k`;
-  }
-  return String(n);
 }
 
 export class ModelExplorer extends Widget {
@@ -117,6 +107,10 @@ export class ModelExplorer extends Widget {
     let comm: Kernel.IComm;
     try {
       comm = kernel.createComm('nbgrad');
+      // On the main shell: JupyterLab deletes a target's shared subshell when one of its comms closes (as the kernel
+      // closes one opened before `%load_ext nbgrad`), and a comm opened meanwhile had its requests refused. The main
+      // shell also answers between cells, never while a cell changes the models being listed.
+      comm.commsOverSubshells = CommsOverSubshells.Disabled;
     } catch (error) {
       this.say('The kernel cannot open comms.');
       return;
@@ -127,7 +121,7 @@ export class ModelExplorer extends Widget {
       answered = true;
       const data = msg.content.data as any;
       if (isSitesReply(data)) {
-        return showSites(this.tree, data, text => this.insert(text));
+        return this.sites.show(this.tree, data);
       }
       this.showModels(data);
     };
@@ -167,6 +161,7 @@ export class ModelExplorer extends Widget {
     this.tree.replaceChildren(
       ...models.map(model => this.branch(model, true, size(model) <= EAGER_NODES))
     );
+    this.sites.keep(this.tree, path => this.comm?.send({ request: 'sites', path }));
   }
 
   private row(node: IModuleNode): HTMLElement {
@@ -179,10 +174,10 @@ export class ModelExplorer extends Widget {
     row.appendChild(button);
     row.dataset.path = node.path;
     const sites = el('button', 'nbgrad-sites-button', 'sites') as HTMLButtonElement;
-    sites.title = `list the sites inside ${node.type}.forward (M.source)`;
+    sites.title = `list the sites inside ${node.type}.forward (M.source); again to hide them`;
     sites.addEventListener('click', event => {
       event.preventDefault(); // inside a <summary>: do not fold the branch
-      this.comm?.send({ request: 'sites', path: node.path });
+      this.sites.toggle(node.path, row, () => this.comm?.send({ request: 'sites', path: node.path }));
     });
     row.appendChild(sites);
     row.appendChild(el('span', 'nbgrad-type', node.type));
@@ -276,6 +271,7 @@ export class ModelExplorer extends Widget {
 
   private followed = new WeakSet<NotebookPanel>();
   private opened = new Set<string>();
+  private sites = new SitesShown(text => this.insert(text));
   private status: HTMLElement;
   private tree: HTMLElement;
   private comm: Kernel.IComm | null = null;

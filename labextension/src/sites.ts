@@ -45,3 +45,42 @@ export function showSites(tree: HTMLElement, data: ISitesReply, insert: (text: s
   row.parentElement?.querySelector(`:scope > .nbgrad-sites`)?.remove();
   row.insertAdjacentElement('afterend', sitesList(data, insert));
 }
+
+// The modules whose sites the sidebar lists. They stay listed when the tree is rebuilt after a cell: the list last
+// received is shown again at once, and asked for anew (the model may have changed). A request the kernel never
+// answered (its comm was replaced in between) is sent again then too.
+export class SitesShown {
+  constructor(private insert: (text: string) => void) {}
+
+  // The "sites" button of a row: list the module's sites, or hide them when they are listed.
+  toggle(path: string, row: HTMLElement, request: () => void): void {
+    const shown = row.parentElement?.querySelector(':scope > .nbgrad-sites');
+    if (shown && this.replies.has(path)) {
+      this.replies.delete(path);
+      shown.remove();
+      return;
+    }
+    this.replies.set(path, this.replies.get(path) ?? null);
+    request();
+  }
+
+  // A reply from the kernel: shown, unless the list was hidden again before it came.
+  show(tree: HTMLElement, data: ISitesReply): void {
+    if (this.replies.has(data.path)) {
+      this.replies.set(data.path, data);
+      showSites(tree, data, this.insert);
+    }
+  }
+
+  // After the tree is rebuilt.
+  keep(tree: HTMLElement, request: (path: string) => void): void {
+    this.replies.forEach((reply, path) => {
+      if (reply) {
+        showSites(tree, reply, this.insert);
+      }
+      request(path);
+    });
+  }
+
+  private replies = new Map<string, ISitesReply | null>(); // path -> its last reply (null: none yet)
+}

@@ -6,7 +6,7 @@ from labtools import CHROMIUM, CHROMIUM_ARGS, Lab, require_browser
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if "browser" in str(item.fspath):
+        if item.path.parent.name == "browser":
             item.add_marker(pytest.mark.browser)
 
 

@@ -1,6 +1,7 @@
 """The sidebar lists a module's sites when asked (its "sites" button), and a click on a site inserts
-`PATH.source.NAME.output` at the cursor."""
-from labtools import run_notebook, screenshot
+`PATH.source.NAME.output` at the cursor. The list stays when the tree is rebuilt after a cell, and a second
+click on the button hides it."""
+from labtools import run_all_cells, run_notebook, screenshot
 
 SETUP = "%load_ext nbgrad\nimport torch, nbgrad\nmodel = nbgrad.load_model()"
 
@@ -18,7 +19,7 @@ def test_a_modules_sites_are_listed_on_a_click(lab, page):
     assert page.locator(".nbgrad-sites").count() == 0          # nothing is asked for until the click
     page.locator(f"{row} .nbgrad-sites-button").click()
     sites = page.locator('.nbgrad-sites[data-path="model.transformer.h[0].attn"] .nbgrad-site')
-    sites.first.wait_for(timeout=30_000)
+    _wait_for_sites(page, sites)
     sites.first.scroll_into_view_if_needed()
     screenshot(page, "sidebar-sites")
     names = sites.all_inner_texts()
@@ -30,3 +31,27 @@ def test_a_modules_sites_are_listed_on_a_click(lab, page):
     source = page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[1].model.sharedModel"
                            ".getSource()")
     assert source == "model.transformer.h[0].attn.source.attention_interface_1.output"
+
+    # The tree is rebuilt after every executed cell (a new `models` reply): the list is still there after it, shown
+    # again from the last reply and asked for anew, and the tree is a new one (the rebuild happened).
+    old_row = page.locator(row).element_handle()
+    page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[1].model.sharedModel.setSource('')")
+    run_all_cells(page)
+    page.wait_for_function("old => !old.isConnected", arg=old_row, timeout=30_000)
+    _wait_for_sites(page, sites)
+    assert "attention_interface_1" in sites.all_inner_texts()
+    page.locator(f"{row} .nbgrad-sites-button").click()           # again: hidden
+    page.wait_for_function("() => !document.querySelector('.nbgrad-sites')", timeout=10_000)
+    run_all_cells(page)                                             # and not brought back by the next rebuild
+    page.wait_for_function("() => document.querySelector('.nbgrad-node-row') !== null", timeout=30_000)
+    assert page.locator(".nbgrad-sites").count() == 0
+
+
+def _wait_for_sites(page, sites):
+    """Wait for the listed sites; on a timeout, say what the sidebar showed instead."""
+    try:
+        sites.first.wait_for(timeout=30_000)
+    except Exception as error:
+        shown = page.evaluate("() => { const s = document.querySelector('#nbgrad-sidebar');"
+                              " return s ? s.innerText.slice(0, 2000) : 'no sidebar'; }")
+        raise AssertionError(f"no sites listed; the sidebar showed: {shown!r}") from error
