@@ -113,6 +113,10 @@ def test_a_run_is_freed_without_the_garbage_collector(default_model, source):
     default_model.zero_grad()
     gc.collect()
     gc.disable()
+    # Everything that exists now is held until the count is done: what the collector finds is then only what this
+    # run made. An object of an earlier test freed meanwhile by a reference count (a cache letting go of its model)
+    # would otherwise bring the cycles it held with it: a ModuleSource of a sites test, on a worker that ran one
+    older = gc.get_objects()
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
         saved = nbgrad.trace(default_model, ids, source).saved
@@ -127,6 +131,7 @@ def test_a_run_is_freed_without_the_garbage_collector(default_model, source):
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
+        del older
         gc.enable()
     assert left == [], f"a run left reference cycles: {collections.Counter(left).most_common(8)}: {shown}"
 
