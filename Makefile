@@ -54,11 +54,10 @@ lab-server:
 	done
 	cd "$(LAB_DIR)" && $(BIN)/jupyter lab --ip=127.0.0.1 $(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
 
-# One process by default. `make test TEST_WORKERS=2` runs on two workers (pytest-xdist): the browser tests wait on a
-# server, a kernel and a page much of their time, which the other worker's tests fill (11.6 min against 16), and what
-# must not run side by side is grouped onto one worker (tests/conftest.py). Not the default yet: in one of three such
-# runs, a browser test waited 30 s in vain for the sidebar's list of sites (tests/browser/test_sidebar_sites.py).
-TEST_WORKERS ?= 0
+# Two workers (pytest-xdist): the browser tests wait on a server, a kernel and a page much of their time, which the
+# other worker's tests fill (11.6 min against 16), and what must not run side by side is grouped onto one worker
+# (tests/conftest.py). `make test TEST_WORKERS=0` runs everything in one process.
+TEST_WORKERS ?= 2
 test: install
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
 

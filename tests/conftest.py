@@ -38,7 +38,7 @@ def shell():
     return ip
 
 
-# `make test TEST_WORKERS=2` runs the tests on two workers (pytest-xdist, `--dist loadgroup`). Tests that share
+# `make test` runs the tests on two workers (pytest-xdist, `--dist loadgroup`). Tests that share
 # something outside their own temporary directory run on one worker, one after the other, as they would alone:
 # - "lab": the browser tests, which share a JupyterLab server (a session fixture: one per worker), and the
 #   headless run of a tutorial that writes to a fixed folder, as its run in the browser does (test_notebooks.py);
