@@ -45,6 +45,8 @@ CELLS = {
     # read and kept only: its events are logged in the forward and its statements run on the log (Program.quiet)
     "quiet": ("outs = [model.transformer.h[i].output.save() for i in reversed(range(len(model.transformer.h)))]\n"
               "last = model.transformer.h[-1].output[:, -1].save()\n"),
+    # one read, saved: answered by its hook, with no statement run (run/directone.py)
+    "one save": "hs = model.transformer.h[-1].output.save()\n",
 }
 CHECK = ("after = model.transformer.h[0].output.save()\n"
          "model.transformer.h[1].output[:, 0] = 0\n"
@@ -53,7 +55,7 @@ CHECK = ("after = model.transformer.h[0].output.save()\n"
 IDS = torch.tensor([[5, 9, 2, 7]])
 CELL_NAMES = ("hs", "logits", "g", "after", "after_grad", "c", "outs", "last", "i")      # what the cells above bind
 # cells that run as a direct run (engine/run/direct.py)
-DIRECT = ("backward", "edit loop", "forward", "list", "loop", "quiet")
+DIRECT = ("backward", "edit loop", "forward", "list", "loop", "one save", "quiet")
 
 
 def plain_check(model):

@@ -24,7 +24,7 @@ from .graph import BackwardPass, EventUse, HookGraph, Node
 from .program import RUNTIME_NAME, TEMP_PREFIX, CompiledNode, Invoke, Program, Target
 from .containers import argument_names
 from .hookloops import hook_loop, with_use
-from .keeping import keeps_only
+from .keeping import keeps_only, one_save
 from .rewrite import Rewriter
 from .targets import forward_targets
 from .siteaccess import open_sources
@@ -94,7 +94,7 @@ class _Builder:
         self.caches: frozenset = frozenset()         # names bound to the run's `cache(...)`: `c.inputs` is no event
 
     def build(self, body: list) -> Program:
-        plain, keeping = calls_nothing(body), keeps_only(body)          # before the statements are rewritten
+        plain, keeping, single = calls_nothing(body), keeps_only(body), one_save(body, self.source)    # before rewriting
         self._collect_passes(body)
         flat = self._flatten(body)
         for stmt, _, _ in flat:
@@ -132,7 +132,7 @@ class _Builder:
                        grad_targets=self.grad_targets, bound_names=bound, invokes=self.invokes, calls_nothing=plain,
                        called_names=called_names, helper_globals=helper_globals,
                        runtime_names=frozenset(self.runtime_names), containers=self.containers,
-                       keeps_only=keeping and len(self.hooked_ahead) == len(self.uses))
+                       keeps_only=keeping and len(self.hooked_ahead) == len(self.uses), one_save=single)
 
     # --- event uses and backward passes ---------------------------------------------------------
 

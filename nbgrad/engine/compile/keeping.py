@@ -63,3 +63,37 @@ def _basic_index(index: ast.expr) -> bool:
     if isinstance(index, ast.UnaryOp):
         return isinstance(index.op, ast.USub) and isinstance(index.operand, ast.Constant)
     return isinstance(index, ast.Constant) and (index.value is None or index.value is ... or type(index.value) is int)
+
+
+def one_save(body: list, source: str) -> tuple | None:
+    """(name, root, steps, label, line) of a cell that is the one statement `NAME = ROOT.A[i].B.output.save()`, the
+    steps of its path attribute names and constant integer indices (`("A", i, "B")`): the cell a run answers from its
+    hook alone (Program.one_save, run/directone.py); else None. The label and line are those the rewritten
+    `.save()` is given (rewrite.py)."""
+    if len(body) != 1 or not isinstance(body[0], ast.Assign) or len(body[0].targets) != 1:
+        return None
+    target, call = body[0].targets[0], body[0].value
+    if not (isinstance(target, ast.Name) and is_save_call(call) and isinstance(call.func.value, ast.Attribute)
+            and call.func.value.attr == "output"):
+        return None
+    path, steps = call.func.value.value, []
+    while True:
+        if isinstance(path, ast.Attribute) and not is_event_attr(path) and path.attr != "source":
+            steps.append(path.attr)
+        elif isinstance(path, ast.Subscript) and _constant_index(path.slice) is not None:
+            steps.append(_constant_index(path.slice))
+        else:
+            break
+        path = path.value
+    if not isinstance(path, ast.Name) or path.id == target.id:
+        return None
+    label = ast.get_source_segment(source, call.func.value) or ast.unparse(call.func.value)
+    return target.id, path.id, tuple(reversed(steps)), label, call.lineno
+
+
+def _constant_index(index: ast.expr) -> int | None:
+    """`3` or `-1` as an int; None for anything else."""
+    sign = 1
+    if isinstance(index, ast.UnaryOp) and isinstance(index.op, ast.USub):
+        sign, index = -1, index.operand
+    return sign * index.value if isinstance(index, ast.Constant) and type(index.value) is int else None

@@ -130,6 +130,9 @@ class Program:
     # The cell only binds, indexes and saves what it reads (keeping.keeps_only), and every module it reads is named
     # by a target that the run hooks before the model starts
     keeps_only: bool = False
+    # (name, root, steps, label, line) of a cell that is `NAME = PATH.output.save()` alone
+    # (keeping.one_save), a quiet one: a direct run answers it from its hook, with no statement run (run/directone.py)
+    one_save: tuple | None = None
     # The uses of all forward targets when each is a plain path, else None: once statements wait on all of
     # them, their modules are hooked and hooking the targets has nothing left to do (the one-read cell)
     plain_target_uses: frozenset | None = field(init=False, default=None)
@@ -156,6 +159,9 @@ class Program:
                        and not any(node.spec.in_with or node.spec.after for node in self.nodes))
         self.quiet = (self.direct and self.keeps_only and not self.has_gradients
                       and not any(use.write for use in self.uses))
+        if not (self.quiet and len(self.nodes) == 1 and self.nodes[0].loop is None and len(self.uses) == 1
+                and self.uses[0].kind == "output"):
+            self.one_save = None
         if all(target.uses for target in self.forward_targets):
             self.plain_target_uses = frozenset().union(*(target.uses for target in self.forward_targets))
 

@@ -21,6 +21,7 @@ from ..compile.program import RUNTIME_NAME, Backward, GradRead, GradWrite, Read,
 from .cellstate import CellState
 from .claims import _local, _tracing, claim, release
 from .directevents import DirectEvents
+from .directone import OneSave, Task as _Task
 from .gradients import GradientEvents
 from .hookloops import HookLoops
 from .hookset import HookSet
@@ -29,12 +30,7 @@ from .runtime import run_graph
 from .scheduler import AFTER_FORWARD, BEFORE_MODEL, FORWARD, Scheduler
 
 
-class _Task:
-    """A started statement (the scheduler's Task, with its node's index at hand)."""
-    __slots__ = ("index", "gen", "cause", "module", "grad_mode")
-
-
-class DirectRun(DirectEvents, HookLoops, CellState):
+class DirectRun(OneSave, DirectEvents, HookLoops, CellState):
     """One run of one direct cell: create, `run_trace(args, kwargs)`, discard (as a Runtime). It is its own
     CellState: the snapshot of grad mode, flags and names that `_exit` gives back."""
     # What compiled statements ask of `__nbgrad__` (compile/rewrite.py), as of the Runtime
@@ -114,7 +110,9 @@ class DirectRun(DirectEvents, HookLoops, CellState):
                     ns["__builtins__"] = __builtins__
                 if self.no_grad and self.grad_mode:     # given back by _exit (restore_grad_state)
                     set_grad_enabled(False)
-                self._forward(call_args, call_kwargs)
+                one = self.program.one_save     # the cell `NAME = PATH.output.save()`, answered by its hook
+                if one is None or not self._forward_one(one, call_args, call_kwargs):
+                    self._forward(call_args, call_kwargs)
                 if self.parked:
                     raise self._never_came()
                 return self._result()

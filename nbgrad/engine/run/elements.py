@@ -6,8 +6,9 @@ between two operations of the forward or before it: about as much as the rest of
 
 `find`: where no class on the path has an attribute of the path's names, nor a `__getattr__` or `__getattribute__`
 of its own, evaluating the path is looking each name up in `_modules` as `Module.__getattr__` does, and indexing the
-ModuleList is reading its `_modules` by the key `ModuleList.__getitem__` would use. A path through a class with ways
-of its own is evaluated as written.
+ModuleList is reading its `_modules` by the key `ModuleList.__getitem__` would use (a Sequential's, by place). A path
+through a class with ways of its own is evaluated as written. `walk` does the same for any path of names and constant
+indices: the one-save cell's (directone.py).
 
 `hold` and `element`, for a loop: inside the forward, even that lookup costs more than the rest of an event on a
 large model, whose every block leaves the model's own dicts, untouched since it was built, out of the machine's
@@ -17,6 +18,8 @@ them while no module anywhere is registered or replaced (torch's registration ho
 `moduletree._structure_version`), the name is bound to the same object and PATH keeps as many blocks (deleting one
 renumbers the rest, and registers nothing). Anything else is left to the expression."""
 from __future__ import annotations
+
+from itertools import islice
 
 from torch import nn
 
@@ -28,29 +31,50 @@ _plain: dict = {}           # (class, attribute name) -> whether an instance loo
 
 
 def find(namespace: dict, spec: tuple, at: int | None = None):
-    """`PATH[at]` of `Program.containers[use]` (PATH itself for `at` None), looked up in `_modules` as evaluating it
-    does, when every class on the path is plain (`plain_attribute`) and PATH is a ModuleList; else None (evaluate
-    it)."""
-    node = namespace.get(spec[0])
-    for attribute in spec[1]:
-        plain = _plain.get((type(node), attribute))
+    """`PATH[at]` of `Program.containers[use]` (PATH itself for `at` None, when it is a ModuleList), looked up in
+    `_modules` as evaluating it does (`walk`); else None (evaluate it)."""
+    if at is not None:
+        return walk(namespace, spec[0], spec[1] + (at,))
+    node = walk(namespace, spec[0], spec[1])
+    return node if type(node) is nn.ModuleList else None     # a subclass may index its own way
+
+
+def walk(namespace: dict, root: str, steps: tuple):
+    """`ROOT.A[i].B` (steps `("A", i, "B")`) looked up in `_modules` as evaluating it does: each attribute where the
+    class on the path is plain (`plain_attribute`), each index of a ModuleList or Sequential (`indexed`); else None
+    (evaluate it). With no steps, whatever the namespace binds ROOT to."""
+    node = namespace.get(root)
+    for step in steps:
+        if type(step) is int:
+            node = indexed(node, step)
+            if node is None:
+                return None
+            continue
+        plain = _plain.get((type(node), step))
         if plain is None:
-            plain = plain_attribute(type(node), attribute)
+            plain = plain_attribute(type(node), step)
         if not plain:
             return None
-        attributes = node.__dict__
-        node = attributes["_modules"].get(attribute)
-        if node is None or attribute in attributes:
+        found = node.__dict__
+        node = found["_modules"].get(step)
+        if node is None or step in found:
             return None
-    if type(node) is not nn.ModuleList:           # a subclass may index its own way
+    return node
+
+
+def indexed(node, at: int):
+    """`node[at]` as the `__getitem__` of ModuleList or Sequential finds it (not a subclass's, which may index its own
+    way); None for any other node, or for `at` out of range (the expression raises the IndexError, with its message)."""
+    kind = type(node)
+    if kind is not nn.ModuleList and kind is not nn.Sequential:
         return None
-    if at is None:
-        return node
     modules = node._modules
     size = len(modules)
     if not -size <= at < size:
-        return None                               # the expression raises the IndexError, with its message
-    return modules.get(str(at + size if at < 0 else at))
+        return None
+    if kind is nn.ModuleList:
+        return modules.get(str(at + size if at < 0 else at))      # by its key
+    return next(islice(modules.values(), at % size, None))        # by its place
 
 
 def plain_attribute(cls: type, attribute: str) -> bool:
