@@ -62,12 +62,14 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
     if type(input) is torch.Tensor and not program.invokes and type(model).__name__ != "OptimizedModule":
         remember(model)          # ids on an eager model: all that model_to_trace does, and no tokenizer needed
         (args, kwargs), values, rows = call_arguments(input, model, tokenizer), [], None
+        ids = None if args[0].is_floating_point() else args[0]       # input_ids_of, written out
     else:
         model, args, kwargs, values, rows = _prepared(program, model, input, tokenizer, namespace)
+        ids = input_ids_of(args, kwargs)
     run = DirectRun(program, namespace, model, no_grad) if program.direct and DIRECT_RUN else \
         Runtime(program, namespace, model=model, no_grad=no_grad, rows=rows)
     result = run.run_trace(args, kwargs)
-    result.input_ids = input_ids_of(args, kwargs)
+    result.input_ids = ids
     result.invokes = values
     return result
 
