@@ -42,8 +42,10 @@ def test_a_modules_sites_are_listed_on_a_click(lab, page):
     assert "attention_interface_1" in sites.all_inner_texts()
     page.locator(f"{row} .nbgrad-sites-button").click()           # again: hidden
     page.wait_for_function("() => !document.querySelector('.nbgrad-sites')", timeout=10_000)
+    old_row = page.locator(row).element_handle()
     run_all_cells(page)                                             # and not brought back by the next rebuild
-    page.wait_for_function("() => document.querySelector('.nbgrad-node-row') !== null", timeout=30_000)
+    page.wait_for_function("old => !old.isConnected", arg=old_row, timeout=30_000)
+    page.locator(row).wait_for(timeout=30_000)
     assert page.locator(".nbgrad-sites").count() == 0
 
 
