@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+import nbgrad
 from nbgrad.engine.compile.compiler import compile_cell
 from nbgrad.engine.run.direct import DirectRun
 from helpers import tiny_gpt2
@@ -56,7 +57,7 @@ OWN_MODELS = {
     "unused": Unused(),
     "own lookup": nn.Sequential(OwnLookup()),
 }
-# cell -> (model, whether the hook answers it)
+# cell -> whether the hook answers it (False: the general way, from the start)
 GPT2_CELLS = {
     "x = model.transformer.h[-1].output.save()": True,
     "x = model.transformer.h[0].attn.output.save()": True,
@@ -121,8 +122,7 @@ def test_on_a_model_of_ones_own(model, cell, by_hook, hook_way, capfd):
 def test_a_module_called_twice_is_read_at_its_first_call():
     model, x = OWN_MODELS["a module called twice"], torch.randn(2, 4)
     namespace = {"model": model}
-    from nbgrad import trace
-    result = trace(model, x, "h = model[0].output.save()", namespace)
+    result = nbgrad.trace(model, x, "h = model[0].output.save()", namespace)
     assert torch.equal(result.saved["h"], SHARED(x)) and namespace["h"] is result.saved["h"]
 
 
