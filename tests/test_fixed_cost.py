@@ -22,9 +22,9 @@ ONE_GRADIENT = "hs = model.transformer.h[1].output\nwith model.output.logits.sum
 # answers it from its hook, run/directone.py; as a quiet statement, started, parked and resumed, it made 32), and a
 # cell that reads one block's gradient (66, a direct run too, with GradientEvents; 65 before `PATH[i]` was found by
 # two functions that the one-read cell shares, elements.walk and elements.indexed, and 66 again once `trace` read the
-# ids without a call). Both count the hooks nbgrad puts
-# in itself (HookSet.forward_hook: one call, where torch's register_forward_hook made four that this count does not
-# see). Raise a budget only with a reason in the commit message.
+# ids without a call). Both count the hooks nbgrad puts in itself (HookSet.forward_hook: one call, where torch's
+# register_forward_hook made four that this count does not see). Raise a budget only with a reason in the commit
+# message.
 CALL_BUDGET = 23
 GRADIENT_CALL_BUDGET = 68
 # A loop that edits every block (bench/overhead.py's (c)): 56 calls, each block's edit called from its event as a

@@ -80,8 +80,8 @@ def one_save(body: list, source: str) -> tuple | None:
     while True:
         if isinstance(path, ast.Attribute) and not is_event_attr(path) and path.attr != "source":
             steps.append(path.attr)
-        elif isinstance(path, ast.Subscript) and _constant_index(path.slice) is not None:
-            steps.append(_constant_index(path.slice))
+        elif isinstance(path, ast.Subscript) and (index := _constant_index(path.slice)) is not None:
+            steps.append(index)
         else:
             break
         path = path.value
