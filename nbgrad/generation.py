@@ -190,16 +190,11 @@ def _one_sequence_per_row(options: dict, line: int) -> None:
 
 
 def _arguments(input, model: nn.Module, tokenizer) -> tuple:
-    """The call arguments; prompts of different lengths padded on the left, so each row's new tokens
-    follow its own last token."""
-    side = getattr(tokenizer, "padding_side", None)
-    if side is None or not isinstance(input, list):
-        return call_arguments(input, model, tokenizer)
-    tokenizer.padding_side = "left"
-    try:
-        return call_arguments(input, model, tokenizer)
-    finally:
-        tokenizer.padding_side = side
+    """The call arguments; prompts of different lengths padded on the left (as every list INPUT is), so each
+    row's new tokens follow its own last token."""
+    args, kwargs = call_arguments(input, model, tokenizer)
+    kwargs.pop("position_ids", None)      # generate makes them from the mask at every step
+    return args, kwargs
 
 
 def _top_next(output):
