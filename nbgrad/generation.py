@@ -18,6 +18,7 @@ from torch import nn
 
 from . import models
 from .engine.compile.helpers import compile_with_helpers
+from .engine.compile.pasted import rewritten
 from .engine.run.moduletree import compiled_inner
 from .engine.run.result import Result, holds_saved
 from .engine.run.rows import InvokeRows
@@ -46,6 +47,7 @@ def generate(model: nn.Module, input, source: str, namespace: dict | None = None
              sample: bool = False, out: str | None = None, kwargs: dict | None = None, tokenizer=None,
              graph: bool = False, quiet: bool = True) -> GenerationResult:
     """Run `source` (the body of a `%%generate` cell) at every forward call of `model.generate(input)`."""
+    source = rewritten(source, namespace, max_new_tokens)      # pasted nnsight code (engine/compile/pasted.py)
     program = compile_with_helpers(source, "trace", namespace)
     if graph:
         return GenerationResult(saved={}, graph=program.graph)
