@@ -63,3 +63,13 @@ def test_a_list_input_gives_the_same_rows_as_invokes(checkpoints):
     invoked = nbgrad.trace(model, None, "".join(
         f"with invoke({prompt!r}):\n    l{i} = model.output.logits.save()\n" for i, prompt in enumerate(PROMPTS)))
     torch.testing.assert_close(listed.saved["logits"], torch.cat([invoked.saved["l0"], invoked.saved["l1"]]))
+
+
+def test_the_magic_pads_a_list_input_as_the_function_does(shell, checkpoints):
+    model = nbgrad.load_model(checkpoints["gpt2"])
+    shell.user_ns.update(model=model, prompts=PROMPTS)
+    assert shell.run_cell("%%trace model prompts -q\nlogits = model.output.logits.save()\n",
+                          store_history=False).success
+    magic = shell.user_ns.pop("logits")
+    alone = model(**nbgrad.tokenizer_for(model)(PROMPTS[1], return_tensors="pt")).logits
+    torch.testing.assert_close(magic[1, -alone.shape[1]:].detach(), alone[0].detach(), atol=1e-5, rtol=1e-4)
