@@ -85,9 +85,11 @@ def test_exact_checks_patch_every_pair_and_equal_the_mean_of_one_patch_per_pair(
 
 def test_batch_errors_say_what_to_do():
     model = tiny_gpt2()
-    with pytest.raises(nbgrad.InputError, match="clean has 8 rows and corrupt has 7: attribution patching compares "
+    with pytest.raises(nbgrad.InputError, match="clean has 8 rows and corrupt has 7 rows: attribution patching compares "
                                                 "them pair by pair; give one corrupt prompt per clean prompt"):
         nbgrad.attribution_patching(model, CLEAN, CORRUPT[:7], batch_mean)
+    with pytest.raises(nbgrad.InputError, match="clean has 1 row and corrupt has 8 rows: "):
+        nbgrad.attribution_patching(model, CLEAN[:1], CORRUPT, batch_mean)
     with pytest.raises(nbgrad.InputError, match=r"over 8 pairs the metric returns one value per pair \(a tensor "
                                                 r"\[8\]\) or their mean \(a scalar\); it returned \(8, 2\)"):
         nbgrad.attribution_patching(model, CLEAN, CORRUPT, lambda logits: logits[:, -1, :2])

@@ -152,9 +152,13 @@ def _top_pairs(scores: torch.Tensor, k: int) -> list:
 
 def _same_rows(clean: Prompt, corrupt: Prompt) -> int:
     if clean.rows != corrupt.rows:
-        raise InputError(f"clean has {clean.rows} rows and corrupt has {corrupt.rows}: attribution patching "
-                         f"compares them pair by pair; give one corrupt prompt per clean prompt")
+        raise InputError(f"clean has {_rows(clean.rows)} and corrupt has {_rows(corrupt.rows)}: attribution "
+                         f"patching compares them pair by pair; give one corrupt prompt per clean prompt")
     return clean.rows
+
+
+def _rows(count: int) -> str:
+    return f"{count} row" if count == 1 else f"{count} rows"
 
 
 def _same_length(clean: Prompt, corrupt: Prompt) -> int | None:
