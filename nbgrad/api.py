@@ -7,6 +7,7 @@ from torch import nn
 from . import models
 from .engine.compile.compiler import compile_cell
 from .engine.compile.helpers import compile_with_helpers
+from .engine.compile.pasted import NAME as TRACER, rewritten
 from .engine.run import checks
 from .engine.run.cache import Cache
 from .engine.run.result import Result
@@ -40,6 +41,8 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
           model_factory=None, progress: bool = True) -> Result:
     """Run `source` (the body of a `%%trace` cell) on `model` called with `input` (None when the source
     holds `with invoke(INPUT):` blocks); with `over=DATASET`, once per example (`nbgrad.datasets`)."""
+    if TRACER in source:        # pasted nnsight code: `tracer.cache(...)` and the like (engine/compile/pasted.py)
+        source = rewritten(source, namespace)
     if over is not None:
         return dataset_runner[0](model, input, source, namespace, over=over, batch_size=batch_size, out=out,
                                  engine=engine, workers=workers, column=column, model_factory=model_factory,

@@ -18,6 +18,7 @@ from torch import nn
 
 from . import models
 from .engine.compile.helpers import compile_with_helpers
+from .engine.compile.pasted import rewritten
 from .engine.run.moduletree import compiled_inner
 from .engine.run.result import Result, holds_saved
 from .engine.run.rows import InvokeRows
@@ -46,6 +47,7 @@ def generate(model: nn.Module, input, source: str, namespace: dict | None = None
              sample: bool = False, out: str | None = None, kwargs: dict | None = None, tokenizer=None,
              graph: bool = False, quiet: bool = True) -> GenerationResult:
     """Run `source` (the body of a `%%generate` cell) at every forward call of `model.generate(input)`."""
+    source = rewritten(source, namespace, max_new_tokens)      # pasted nnsight code (engine/compile/pasted.py)
     program = compile_with_helpers(source, "trace", namespace)
     if graph:
         return GenerationResult(saved={}, graph=program.graph)
@@ -190,16 +192,11 @@ def _one_sequence_per_row(options: dict, line: int) -> None:
 
 
 def _arguments(input, model: nn.Module, tokenizer) -> tuple:
-    """The call arguments; prompts of different lengths padded on the left, so each row's new tokens
-    follow its own last token."""
-    side = getattr(tokenizer, "padding_side", None)
-    if side is None or not isinstance(input, list):
-        return call_arguments(input, model, tokenizer)
-    tokenizer.padding_side = "left"
-    try:
-        return call_arguments(input, model, tokenizer)
-    finally:
-        tokenizer.padding_side = side
+    """The call arguments; prompts of different lengths padded on the left (as every list INPUT is), so each
+    row's new tokens follow its own last token."""
+    args, kwargs = call_arguments(input, model, tokenizer)
+    kwargs.pop("position_ids", None)      # generate makes them from the mask at every step
+    return args, kwargs
 
 
 def _top_next(output):

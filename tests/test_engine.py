@@ -178,11 +178,13 @@ def test_batch_of_prompts_is_one_padded_batch(default_model):
     tokenizer = nbgrad.tokenizer_for(default_model)
     prompts = ["Hello World", "The cat sat on the mat"]
     result = nbgrad.trace(default_model, prompts, "hs = model.transformer.h[1].output.save()")
-    encoded = tokenizer(prompts, return_tensors="pt", padding=True)
+    # padded on the left, with positions counted from each row's first real token (as invokes are)
+    encoded = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
+    positions = (encoded["attention_mask"].cumsum(-1) - 1).clamp(min=0)
     seen = {}
     handle = default_model.transformer.h[1].register_forward_hook(lambda m, a, o: seen.setdefault("hs", o))
     try:
-        default_model(**encoded)
+        default_model(**encoded, position_ids=positions)
     finally:
         handle.remove()
     assert result.saved["hs"].shape[0] == 2

@@ -19,6 +19,7 @@ class Prompt:
     kwargs: dict
     ids: torch.Tensor | None
     tokens: list
+    rows: int = 1
 
     def expanded(self, rows: int) -> tuple:
         """(args, kwargs) with every one-row tensor repeated to `rows` rows (one per interpolation point)."""
@@ -29,11 +30,15 @@ class Prompt:
         return tuple(grow(a) for a in self.args), {k: grow(v) for k, v in self.kwargs.items()}
 
 
-def prepare(model: nn.Module, value, what: str = "input") -> Prompt:
-    """A prompt of one row: text, token ids, a dict of model keywords or a tuple of arguments."""
+def prepare(model: nn.Module, value, what: str = "input", batch: bool = False) -> Prompt:
+    """A prompt of one row (or, with `batch`, of as many rows as it holds: a list of prompts is padded as every
+    list INPUT is): text, token ids, a dict of model keywords or a tuple of arguments."""
     tokenizer = tokenizer_for(model)
     args, kwargs = call_arguments(value, model, tokenizer)
     rows = {int(v.shape[0]) for v in list(args) + list(kwargs.values()) if isinstance(v, torch.Tensor) and v.dim()}
+    if batch:
+        return Prompt(args, kwargs, input_ids_of(args, kwargs), token_labels(input_ids_of(args, kwargs), tokenizer),
+                      max(rows, default=1))
     if rows - {1}:
         raise InputError(f"{what} has {max(rows)} rows; attribution explains one prediction: give one prompt "
                          f"(one string, or ids of shape [1, positions])")

@@ -18,6 +18,8 @@ class Attribution:
       completeness gap (Captum's convergence delta). None for other methods.
     - `exact`: for attribution patching with `check_top=k`, the exact patching effects, shaped like
       `scores`, NaN where not checked. None otherwise.
+    - `pairs`: for attribution patching on a batch of clean / corrupt pairs, each pair's scores
+      `[pairs, sites, positions]` (equal to one call per pair); `scores` is their mean. None for one pair.
     """
     scores: torch.Tensor
     labels: list | tuple
@@ -29,6 +31,7 @@ class Attribution:
     change: float | None = None     # F(input) − F(baseline) for integrated gradients
     title: str = ""
     notes: list = field(default_factory=list)
+    pairs: torch.Tensor | None = None
 
     def checked(self) -> list:
         """[(label, estimate, exact)] of every pair patched exactly, largest |estimate| first."""

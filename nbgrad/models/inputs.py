@@ -13,6 +13,7 @@ from ..errors import InputError
 from ..errors.naming import a_or_an
 from .limits import check_token_ids, input_embeddings
 from .loading import no_tokenizer_message, processor_for
+from .padding import Batch, pad_id, remembered, tokens
 
 # (id(ids), id(model)) -> (ids, their version, model, structure version, input embeddings) of the last few
 # id tensors whose check passed, held weakly: a loop of cells on the same ids checks them once.
@@ -112,13 +113,21 @@ def _encode(text, tokenizer, model: nn.Module) -> dict:
     if all(not part for part in ([text] if isinstance(text, str) else text)):
         what = "an empty string" if isinstance(text, str) else "a list of empty strings"
         raise InputError(f"INPUT is {what}: there is no text to run the model on")
-    if getattr(tokenizer, "pad_token", "") is None and getattr(tokenizer, "eos_token", None) is not None:
-        tokenizer.pad_token = tokenizer.eos_token
-    encoded = dict(tokenizer(text, return_tensors="pt", padding=True))
+    if isinstance(text, list):
+        return _padded_prompts(text, tokenizer, model)
+    encoded = dict(tokenizer(text, return_tensors="pt"))
     ids = encoded.get("input_ids")
     if isinstance(ids, torch.Tensor) and ids.shape[-1] == 0:
         raise InputError(f"INPUT {text!r:.60} gives no tokens: there is nothing to run the model on")
     return encoded
+
+
+def _padded_prompts(prompts: list, tokenizer, model: nn.Module) -> dict:
+    """A list of prompts as one batch, padded as invokes are (padding.py): each row equals its prompt alone."""
+    pad = pad_id(tokenizer)
+    batch = remembered(tokenizer, ("one batch", tuple(prompts), pad),
+                       lambda: Batch([[tokens(tokenizer, prompt) for prompt in prompts]], pad))
+    return batch.call_kwargs(model, None)
 
 
 def input_ids_of(args: tuple, kwargs: dict):

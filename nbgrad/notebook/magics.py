@@ -108,40 +108,15 @@ class NbgradMagics(Magics):
     @argument("--graph", action="store_true", help="show the hook graph of the cell and do not run it")
     @argument("--tokenizer", default=None, help="expression for the tokenizer of a text INPUT")
     @no_var_expand
-    @cell_magic
+    @line_cell_magic
     @_cell_errors
-    def generate(self, line, cell):
+    def generate(self, line, cell=""):
         """Generate from MODEL with transformers' `generate`, running the cell at every forward call of
-        the model (`step` = 0 for the prompt, then one per new token). Saved names hold a list by step."""
+        the model (`step` = 0 for the prompt, then one per new token). Saved names hold a list by step.
+        With no body (`%generate MODEL INPUT [options]`, or an empty `%%generate` cell): a plain generation."""
         __tracebackhide__ = True
-        from . import comm
-        from .. import generation
-        head, _, rest = line.strip().partition(" ")
-        if not head:
-            raise UsageError("usage: %%generate MODEL INPUT [options]; see %%generate?")
-        input_text, args = split_expression(rest, self.generate, head)
-        model, namespace = self._model(head), self.shell.user_ns
-        if args.graph:
-            return _show_graph(generation.generate(model, None, cell, namespace, graph=True).graph,
-                               f"%%generate {line.strip()}")
-        if args.out is not None and not args.out.isidentifier():
-            raise UsageError(f"--out takes a name to bind the token ids to; `{args.out}` is not one")
-        tokenizer = self._evaluate(args.tokenizer, "--tokenizer") if args.tokenizer else None
-        kwargs = self._evaluate(args.kwargs, "--kwargs") if args.kwargs else None
-        if isinstance(kwargs, str):           # quoted: `--kwargs '{"use_cache": False}'`
-            kwargs = self._evaluate(kwargs, "--kwargs")
-        value = self._evaluate(input_text, "INPUT") if input_text is not None else None
-        result = generation.generate(model, value, cell, namespace,
-                                     args.max_new_tokens, sample=args.sample, out=args.out, kwargs=kwargs,
-                                     tokenizer=tokenizer)
-        comm.after_cell(self.shell, model, result)
-        if not args.quiet:
-            from IPython.display import display
-            from ..models import tokenizer_for
-            from ..views.generation import generation_panel
-            display(generation_panel(result.input_ids, result.output, result.top_next, result.saved,
-                                     tokenizer or tokenizer_for(model), f"%%generate {line.strip()}"))
-        return None
+        from .generate import generate_line
+        return generate_line(self, line, cell, self.generate, cell_form=cell != "")
 
     @line_magic
     def show(self, line):
@@ -279,9 +254,15 @@ def load(ipython) -> None:
     from .magic_source import SourceMagics
     ipython.register_magics(SourceMagics)
     ipython.set_custom_exc((NameError,), _explain_unsaved)
+    from .generate import empty_body_as_line
+    if empty_body_as_line not in ipython.input_transformers_cleanup:
+        ipython.input_transformers_cleanup.append(empty_body_as_line)
     from . import comm
     comm.register(ipython)
 
 
 def unload(ipython) -> None:
     ipython.set_custom_exc((), None)
+    from .generate import empty_body_as_line
+    if empty_body_as_line in ipython.input_transformers_cleanup:
+        ipython.input_transformers_cleanup.remove(empty_body_as_line)

@@ -1,0 +1,124 @@
+"""The one padding rule of nbgrad: prompts of different lengths are padded on the left, with the attention
+mask and position ids counted from each row's first real token, so that every row's values at its real
+tokens equal running that prompt alone. A list INPUT, invokes and `--over` batches all pad this way."""
+from __future__ import annotations
+
+import array
+import functools
+import inspect
+
+import torch
+from torch import nn
+
+from .byid import weakly
+
+
+def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids from a left-padded attention mask: 0 on each row's first real token (0 on padding too)."""
+    return (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def accepts(model: nn.Module, name: str) -> bool:
+    """Whether the model's forward takes an argument of this name."""
+    forward = model.forward
+    function = getattr(forward, "__func__", None)      # a plain method: its signature is the class's
+    return name in (_parameter_names(function) if function is not None else _parameter_names.__wrapped__(forward))
+
+
+@functools.lru_cache(maxsize=64)
+def _parameter_names(function) -> frozenset:
+    try:
+        return frozenset(inspect.signature(function).parameters)
+    except (TypeError, ValueError):
+        return frozenset()
+
+
+def pad_id(tokenizer) -> int:
+    """The id that pads a batch: the tokenizer's pad token, else its end-of-text token, else 0 (masked either way)."""
+    pad = getattr(tokenizer, "pad_token_id", None)
+    return pad if pad is not None else (getattr(tokenizer, "eos_token_id", None) or 0)
+
+
+# Per tokenizer, what its prompts gave: token ids per prompt, and whole padded batches per set of
+# INPUTs (a notebook runs the same clean and corrupt prompts cell after cell). Keyed by what
+# changes a tokenizer's output: its vocabulary size, the BOS/EOS flags and, for a batch, the pad id.
+_seen: dict = {}            # id(tokenizer) -> (weak reference to it, {key: value})
+_SEEN_LIMIT = 512
+
+
+def _cache_of(tokenizer) -> dict | None:
+    """The tokenizer's cache (a plain dict by id, see byid.py). None if it cannot be referenced."""
+    entry = _seen.get(id(tokenizer))
+    if entry is not None and entry[0]() is tokenizer:
+        return entry[1]
+    try:
+        ref = weakly(tokenizer, _seen)
+    except TypeError:
+        return None
+    _seen[id(tokenizer)] = (ref, {})
+    return _seen[id(tokenizer)][1]
+
+
+def remembered(tokenizer, key, make):
+    """`make()`, kept in the tokenizer's cache under `key`; made anew, unkept, for a tokenizer that
+    cannot be weakly referenced or has no len()."""
+    seen = _cache_of(tokenizer)
+    try:
+        key = (key, len(tokenizer), getattr(tokenizer, "add_bos_token", None),
+               getattr(tokenizer, "add_eos_token", None))
+    except TypeError:
+        seen = None
+    if seen is None:
+        return make()
+    value = seen.get(key)
+    if value is None:
+        value = seen[key] = make()
+        if len(seen) > _SEEN_LIMIT:
+            del seen[next(iter(seen))]
+    return value
+
+
+def tokens(tokenizer, prompt: str) -> tuple:
+    """The token ids of one prompt, as the tokenizer gives them for the prompt alone."""
+    return remembered(tokenizer, prompt, lambda: tuple(tokenizer(prompt)["input_ids"]))
+
+
+class Batch:
+    """One padded batch of token rows: ids, attention mask and position ids stacked in one tensor (kept, so
+    copied for each use), each group's rows, and the smallest and largest id."""
+    __slots__ = ("stacked", "spans", "low", "high")
+
+    def __init__(self, rows_per_group: list, pad: int):
+        rows = [row for rows in rows_per_group for row in rows]
+        length = max(map(len, rows))
+        flat = array.array("q")
+        for row in rows:
+            flat.extend([pad] * (length - len(row)))
+            flat.extend(row)
+        self.low, self.high = min(flat), max(flat)
+        for row in rows:
+            flat.extend([0] * (length - len(row)) + [1] * len(row))
+        flat.extend([0] * (len(rows) * length))
+        stacked = torch.frombuffer(flat, dtype=torch.long).view(3, len(rows), length).clone()
+        stacked[2] = positions_from_mask(stacked[1])
+        self.stacked = stacked
+        self.spans = tuple(spans_of(list(map(len, rows_per_group))))
+
+    def call_kwargs(self, model: nn.Module, device) -> dict:
+        """`input_ids`, `attention_mask` and, where the model's forward takes them, `position_ids`: a fresh copy
+        on `device` (None: where they are; a cell may edit its inputs in place)."""
+        stacked = self.stacked.clone() if device is None else self.stacked.to(device, copy=True)
+        ids, mask, positions = stacked.unbind()
+        kwargs = {"input_ids": ids, "attention_mask": mask}
+        if accepts(model, "position_ids"):
+            kwargs["position_ids"] = positions
+        return kwargs
+
+
+def spans_of(counts: list) -> list:
+    """[start, stop) of each group of `counts` rows, one after another."""
+    spans, start = [], 0
+    for count in counts:
+        spans.append((start, start + count))
+        start += count
+    return spans
