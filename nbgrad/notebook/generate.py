@@ -15,7 +15,8 @@ def generate_line(magics, line: str, cell: str, magic, cell_form: bool) -> None:
     __tracebackhide__ = True
     from . import comm
     from .. import generation
-    from .magics import _show_graph, split_expression
+    from .graph import show_graph
+    from .magic_line import split_expression
     title = f"{'%%' if cell_form else '%'}generate {line.strip()}"
     head, _, rest = line.strip().partition(" ")
     if not head or head.startswith("-"):
@@ -23,7 +24,7 @@ def generate_line(magics, line: str, cell: str, magic, cell_form: bool) -> None:
     input_text, args = split_expression(rest, magic, head)
     model, namespace = magics._model(head), magics.shell.user_ns
     if args.graph:
-        return _show_graph(generation.generate(model, None, cell, namespace, graph=True).graph, title)
+        return show_graph(generation.generate(model, None, cell, namespace, graph=True).graph, title)
     if args.out is not None and not args.out.isidentifier():
         raise UsageError(f"--out takes a name to bind the token ids to; `{args.out}` is not one")
     tokenizer = magics._evaluate(args.tokenizer, "--tokenizer") if args.tokenizer else None

@@ -12,6 +12,7 @@ from ..engine.run import checks
 from ..errors import NbgradError, for_the_cell
 from ..errors.naming import a_or_an
 from ..engine.run.cellstate import unsaved_names
+from .graph import show_graph
 from .magic_line import evaluate, split_expression, split_line
 from .over import dataset_options, over_arguments, trace_over_line
 
@@ -57,7 +58,7 @@ class NbgradMagics(Magics):
         namespace = self.shell.user_ns
         model = self._model(head)
         if args.graph:
-            return _show_graph(api.trace(model, None, cell, namespace, graph=True).graph, f"%%trace {line.strip()}")
+            return show_graph(api.trace(model, None, cell, namespace, graph=True).graph, f"%%trace {line.strip()}")
         tokenizer = self._evaluate(args.tokenizer, "--tokenizer") if args.tokenizer else None
         if args.over is not None:
             return trace_over_line(self, model, head, input_text, args, cell, tokenizer)
@@ -87,7 +88,7 @@ class NbgradMagics(Magics):
             raise UsageError("usage: %%backward LOSS [options]; see %%backward?")
         namespace = self.shell.user_ns
         if args.graph:
-            return _show_graph(api.backward(None, cell, namespace, graph=True).graph, f"%%backward {line.strip()}")
+            return show_graph(api.backward(None, cell, namespace, graph=True).graph, f"%%backward {line.strip()}")
         loss = self._evaluate(loss_text, "LOSS")
         grad_output = self._evaluate(args.grad_output, "--grad-output") if args.grad_output else None
         checks.loss_requires_grad(loss, namespace, loss_text)
@@ -226,13 +227,6 @@ def split_caches(result, tokenizer=None) -> tuple:
     if ids is not None and tokenizer is not None and len(result.invokes or ()) <= 1:
         tokens = [tokenizer.decode([int(i)]) for i in ids.reshape(-1, ids.shape[-1])[0]]
     return rest, [CachePanel(cache.summary(), title=name, tokens=tokens) for name, cache in caches.items()]
-
-
-def _show_graph(graph, title: str) -> None:
-    """`--graph`: the hook graph as a picture, its text form beside it (what a terminal prints)."""
-    from IPython.display import display
-    from ..views.hookgraph import HookGraphPicture
-    display(HookGraphPicture(graph.to_dict(), graph.to_text(), title))
 
 
 def _explain_unsaved(shell, etype, value, tb, tb_offset=None):

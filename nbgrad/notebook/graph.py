@@ -1,0 +1,9 @@
+"""`--graph` of every cell magic: the hook graph shown instead of running the cell."""
+from __future__ import annotations
+
+
+def show_graph(graph, title: str) -> None:
+    """`--graph`: the hook graph as a picture, its text form beside it (what a terminal prints)."""
+    from IPython.display import display
+    from ..views.hookgraph import HookGraphPicture
+    display(HookGraphPicture(graph.to_dict(), graph.to_text(), title))
