@@ -1,0 +1,251 @@
+"""Persistent edits (`%%edit MODEL`, `nbgrad.edit`): a compiled body that runs at every call of a model until
+removed. Each call of the model is one step of a Runtime, as each forward call of `generate` is one step of
+a `%%generate` cell; the steps of every edit on a model are driven by one EditStack of that model.
+
+    installed / after a call   arm each edit: a fresh EditRun, hooks on the events its graph names, put first
+                               on each module (before the hooks of a trace or of the user), so that a later
+                               cell reads the edited values and its own edits apply on top
+    model called               (the stack's pre-hook, first of all) start every edit's step
+    model returned             (the stack's hook, last of the edits', also when the forward raised) finish each
+                               step, close it, arm again
+    removed                    close the steps, take the stack's own hooks off when no edit is left
+
+Between calls the armed hooks let every event pass untouched (a submodule called alone is not a call of the
+model). An interrupt that cuts a call short leaves its steps open: the next call of the model closes them
+first, and `remove()` closes them whatever state they are in.
+"""
+from __future__ import annotations
+
+import sys
+import weakref
+
+from torch import nn
+
+from ..compile.program import RUNTIME_NAME, Read, Write
+from .cellstate import CellState
+from ...errors import diagnose
+from .forward import PATH_ERRORS, ForwardEvents
+from .runtime import Runtime
+
+_stacks: "weakref.WeakKeyDictionary[nn.Module, EditStack]" = weakref.WeakKeyDictionary()
+
+
+class Edit:
+    """An edit installed on a model: `remove()` it (twice does nothing), or use it as a context manager
+    (`with nbgrad.edit(model, source): ...` removes it at the end of the block)."""
+
+    def __init__(self, model: nn.Module, program, namespace: dict, label: str = ""):
+        self.model, self.program, self.namespace = model, program, namespace
+        self.source = program.source
+        self.label = label or f"nbgrad.edit({type(model).__name__})"
+        self.active = False
+
+    def remove(self) -> None:
+        if self.active:
+            stack_of(self.model).remove(self)
+
+    def __enter__(self) -> "Edit":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+    def summary(self) -> str:
+        """The body on one line, cut short."""
+        text = "; ".join(line.strip() for line in self.source.splitlines() if line.strip())
+        return text if len(text) <= 80 else text[:79] + "…"
+
+    def __repr__(self) -> str:
+        state = "active" if self.active else "removed"
+        return f"<Edit on {type(self.model).__name__} ({state}): {self.summary()}>"
+
+
+def install(edit: Edit) -> Edit:
+    """Put `edit` on its model, after the edits already there; a module path not in the model is refused now."""
+    _check_paths(edit.program, edit.namespace)
+    stack = _stacks.get(edit.model)
+    if stack is None:
+        stack = _stacks[edit.model] = EditStack(edit.model)
+    stack.add(edit)
+    return edit
+
+
+def _check_paths(program, namespace: dict) -> None:
+    for target in program.forward_targets:
+        if not target.uses or target.needs or target.every_element:
+            continue
+        try:
+            eval(target.code, namespace)
+        except PATH_ERRORS as error:
+            found = diagnose.module_path_error(program.uses[min(target.uses)], namespace, error)
+            found.__cause__ = error
+            raise found from error
+
+
+def stack_of(model: nn.Module) -> "EditStack":
+    return _stacks.get(model) or EditStack(model)
+
+
+def active_edits(model: nn.Module) -> list:
+    """The edits installed on `model`, in the order they apply."""
+    stack = _stacks.get(model)
+    return list(stack.edits) if stack is not None else []
+
+
+def edit_hooks(model: nn.Module) -> int:
+    """How many hooks on `model` and its modules belong to its edits (they stay between cells)."""
+    stack = _stacks.get(model)
+    return stack.hook_count() if stack is not None else 0
+
+
+class _FirstEvents(ForwardEvents):
+    """An edit's forward events: every hook goes first on its module."""
+
+    def hook(self, module, kind, prepend=False, for_statement=True):
+        return super().hook(module, kind, True, for_statement)
+
+
+class EditRun(Runtime):
+    """One call of the model under one edit: `arm()` before it, `begin()` as it starts, then `finish_step()`
+    and `close()`. It takes no claim on the model and stays off the thread's list of runs, so that a cell
+    running while the model is called (a trace, a generation) is still the run that `nbgrad.save` finds."""
+
+    def __init__(self, edit: Edit):
+        super().__init__(edit.program, edit.namespace, model=edit.model)
+        self.forward = _FirstEvents(self)
+        self.scheduler.handlers = {Read: self.forward.read, Write: self.forward.write}
+        self.stepping = True
+
+    def arm(self) -> None:
+        self.scheduler.in_statement = 1        # until begin(): every event passes, as a cell's own calls do
+        self.forward.hook_targets(self.program.forward_targets, self.ns)
+
+    def begin(self) -> None:
+        self._enter()
+        self.scheduler.in_statement = 0
+        self.start_step()
+
+    def _enter(self) -> None:
+        self.state = CellState(self.program, self.ns, None, [])
+        self.ns[RUNTIME_NAME] = self
+        self.ns.setdefault("__builtins__", __builtins__)
+
+    def hook_count(self) -> int:
+        return len(self.hooks)
+
+
+class EditStack:
+    """The edits of one model, in the order they apply, and the two hooks on the model that start and finish
+    their steps at each call."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.edits: list = []
+        self.runs: list = []             # an EditRun per edit, in the edits' order: armed, or running
+        self.running = False             # between a call's start and its return
+        self.call_frame = None           # the frame of the call running now (to tell a nested call from a stale one)
+        self.starts = self.ends = None   # the stack's own handles on the model
+
+    def add(self, edit: Edit) -> None:
+        self._close_runs()
+        self.edits.append(edit)
+        edit.active = True
+        try:
+            self._arm()
+        except BaseException:
+            self.remove(edit)
+            raise
+        if self.ends is None:     # always_call: a forward that raises still finishes the steps
+            self.ends = self.model.register_forward_hook(self._on_return, always_call=True)
+
+    def remove(self, edit: Edit) -> None:
+        """Take one edit off; the last one takes the stack's own hooks with it. Safe at any point of a call."""
+        try:
+            self._close_runs()
+        finally:
+            if edit in self.edits:
+                self.edits.remove(edit)
+            edit.active = False
+            if self.edits:
+                self._arm()
+            else:
+                self._take_off()
+
+    def hook_count(self) -> int:
+        return sum(run.hook_count() for run in self.runs) + (self.starts is not None) + (self.ends is not None)
+
+    # --- steps ----------------------------------------------------------------------------------
+
+    def _arm(self) -> None:
+        """A fresh run per edit, hooked; the last armed goes first on a module, so arm the last edit first.
+        Then the stack's pre-hook goes in front of them all (an edit of the model's own input waits for it)."""
+        runs = []
+        for edit in reversed(self.edits):
+            run = EditRun(edit)
+            runs.insert(0, run)
+            self.runs = runs               # each one in the list before it hooks: `_close_runs` finds it
+            run.arm()
+        if self.starts is not None:
+            self.starts.remove()
+        self.starts = self.model.register_forward_pre_hook(self._on_call, prepend=True)
+
+    def _on_call(self, module, args):
+        if self.running:
+            if self._inside_call():
+                return None              # the model called again while it runs (by a cell's statement)
+            self._close_runs()            # a call cut short by an interrupt: its steps are closed first
+            self._arm()
+        self.running, self.call_frame = True, sys._getframe(1)
+        for run in self.runs:
+            run.begin()
+        return None
+
+    def _on_return(self, module, args, output):
+        if not self.running or (self.call_frame is not None and sys._getframe(1) is not self.call_frame
+                                and self._inside_call()):
+            return None
+        failed = sys.exc_info()[1] is not None      # called by torch for a forward that raised
+        if failed and any((id(self.model), "output") in run.hooks for run in self.runs):
+            return None     # torch is walking the model's own hooks now: the next call or remove() closes the steps
+        error = None
+        try:
+            for run in self.runs:
+                if not failed and error is None:
+                    try:
+                        run.finish_step()
+                    except Exception as raised:
+                        error = run.close(raised)
+                run.close()
+        finally:
+            self.running, self.call_frame = False, None
+            self._arm()
+        if error is not None:
+            raise error
+        return None
+
+    def _inside_call(self) -> bool:
+        """Is the call that started the running steps still on this thread's stack?"""
+        frame = sys._getframe(2)
+        while frame is not None:
+            if frame is self.call_frame:
+                return True
+            frame = frame.f_back
+        return False
+
+    def _close_runs(self) -> None:
+        runs = self.runs
+        try:
+            for run in runs:
+                run.close()
+        finally:
+            for run in runs:         # again where an interrupt cut the first pass short: closing is idempotent
+                run.close()
+            self.runs, self.running, self.call_frame = [], False, None
+
+    def _take_off(self) -> None:
+        for handle in (self.starts, self.ends):
+            if handle is not None:
+                handle.remove()
+        self.starts = self.ends = None
+        if _stacks.get(self.model) is self:
+            del _stacks[self.model]
