@@ -28,7 +28,7 @@ def check_edit(program) -> None:
         raise NbgradError(f"{what}, and an edit has no cell to return to: it runs at every later call of the "
                           f"model. An edit only writes and edits (`M.output = v`, `M.output[:, -1] = 0`); "
                           f"{USE_TRACE}", line)
-    if not any(event.write for node in program.graph.nodes for event in node.events):
+    if not any(node.events for node in program.graph.nodes):
         raise NbgradError("an edit writes or edits what a module returns or receives (`M.output = v`, "
                           "`M.output[:, -1] = 0`, `M.input = v`); this one touches no module")
     node = _lone_read(program)

@@ -23,7 +23,7 @@ from torch import nn
 
 from ..compile.program import RUNTIME_NAME, Read, Write
 from .cellstate import CellState
-from ...errors import diagnose
+from ...errors import diagnose, hints
 from .forward import PATH_ERRORS, ForwardEvents
 from .runtime import Runtime
 
@@ -115,6 +115,7 @@ class EditRun(Runtime):
         self.forward = _FirstEvents(self)
         self.scheduler.handlers = {Read: self.forward.read, Write: self.forward.write}
         self.stepping = True
+        self.label = edit.label
 
     def arm(self) -> None:
         self.scheduler.in_statement = 1        # until begin(): every event passes, as a cell's own calls do
@@ -144,10 +145,10 @@ class EditStack:
         self.runs: list = []             # an EditRun per edit, in the edits' order: armed, or running
         self.running = False             # between a call's start and its return
         self.call_frame = None           # the frame of the call running now (to tell a nested call from a stale one)
-        self.starts = self.ends = None   # the stack's own handles on the model
+        self.starts: list = []           # the stack's own handles on the model: its pre-hook (one, but while
+        self.ends = None                 # a new one replaces it), and its hook on the model's return
 
     def add(self, edit: Edit) -> None:
-        self._close_runs()
         self.edits.append(edit)
         edit.active = True
         try:
@@ -172,29 +173,31 @@ class EditStack:
                 self._take_off()
 
     def hook_count(self) -> int:
-        return sum(run.hook_count() for run in self.runs) + (self.starts is not None) + (self.ends is not None)
+        return sum(run.hook_count() for run in self.runs) + len(self.starts) + (self.ends is not None)
 
     # --- steps ----------------------------------------------------------------------------------
 
     def _arm(self) -> None:
-        """A fresh run per edit, hooked; the last armed goes first on a module, so arm the last edit first.
-        Then the stack's pre-hook goes in front of them all (an edit of the model's own input waits for it)."""
+        """Close the runs there are, then a fresh run per edit, hooked; the last armed goes first on a module, so
+        arm the last edit first. Then the stack's pre-hook goes in front of them all (an edit of the model's own
+        input waits for it), registered before the old one goes: the model is never without one."""
+        self._close_runs()
         runs = []
         for edit in reversed(self.edits):
             run = EditRun(edit)
             runs.insert(0, run)
             self.runs = runs               # each one in the list before it hooks: `_close_runs` finds it
             run.arm()
-        if self.starts is not None:
-            self.starts.remove()
-        self.starts = self.model.register_forward_pre_hook(self._on_call, prepend=True)
+        self.starts.append(self.model.register_forward_pre_hook(self._on_call, prepend=True))
+        while len(self.starts) > 1:
+            self.starts[0].remove()        # removed, then dropped: an interrupt between leaves it to remove again
+            del self.starts[0]
 
     def _on_call(self, module, args):
-        if self.running:
-            if self._inside_call():
-                return None              # the model called again while it runs (by a cell's statement)
-            self._close_runs()            # a call cut short by an interrupt: its steps are closed first
-            self._arm()
+        if self.running and self._inside_call():
+            return None                  # the model called again while it runs (by a cell's statement)
+        if self.running or not self._armed():
+            self._arm()                  # a call or an arming cut short by an interrupt: closed and armed first
         self.running, self.call_frame = True, sys._getframe(1)
         for run in self.runs:
             run.begin()
@@ -204,24 +207,29 @@ class EditStack:
         if not self.running or (self.call_frame is not None and sys._getframe(1) is not self.call_frame
                                 and self._inside_call()):
             return None
-        failed = sys.exc_info()[1] is not None      # called by torch for a forward that raised
-        if failed and any((id(self.model), "output") in run.hooks for run in self.runs):
+        failed = sys.exc_info()[1]      # called by torch for a forward that raised
+        for run in self.runs if failed is not None else ():
+            hints.note_edit(failed, run.label, run.forward)
+        if failed is not None and any((id(self.model), "output") in run.hooks for run in self.runs):
             return None     # torch is walking the model's own hooks now: the next call or remove() closes the steps
         error = None
         try:
             for run in self.runs:
-                if not failed and error is None:
+                if failed is None and error is None:
                     try:
                         run.finish_step()
                     except Exception as raised:
                         error = run.close(raised)
                 run.close()
         finally:
-            self.running, self.call_frame = False, None
             self._arm()
         if error is not None:
             raise error
         return None
+
+    def _armed(self) -> bool:
+        """Is every edit's run hooked and waiting for a call (not begun, not closed)?"""
+        return len(self.runs) == len(self.edits) and all(run.state is None and not run._exited for run in self.runs)
 
     def _inside_call(self) -> bool:
         """Is the call that started the running steps still on this thread's stack?"""
@@ -243,9 +251,9 @@ class EditStack:
             self.runs, self.running, self.call_frame = [], False, None
 
     def _take_off(self) -> None:
-        for handle in (self.starts, self.ends):
+        for handle in [*self.starts, self.ends]:
             if handle is not None:
                 handle.remove()
-        self.starts = self.ends = None
+        self.starts, self.ends = [], None
         if _stacks.get(self.model) is self:
             del _stacks[self.model]
