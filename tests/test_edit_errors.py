@@ -10,13 +10,13 @@ from nbgrad.errors import ModulePathError, NbgradError
 from helpers import hook_count, tiny_gpt2
 from interrupts import Injector
 
-STEER = "model.transformer.h[1].output[:, -1] += 3 * torch.ones(32)"
+STEER = "model.transformer.h[1].output[:, -1] += torch.arange(32.) / 8"
 
 
 def _steered(model, ids):
     """The logits with STEER done by hand."""
     def steer(module, args, output):
-        output[:, -1] += 3 * torch.ones(32)
+        output[:, -1] += torch.arange(32.) / 8
     handle = model.transformer.h[1].register_forward_hook(steer)
     try:
         return model(ids).logits
@@ -55,7 +55,7 @@ def test_a_read_that_feeds_no_edit_is_refused_with_a_pointer_to_trace(tiny):
 
 
 def test_a_read_that_feeds_an_edit_is_allowed(tiny, ids):
-    source = "h = model.transformer.h[1].output\nh[:, -1] += 3 * torch.ones(32)"
+    source = "h = model.transformer.h[1].output\nh[:, -1] += torch.arange(32.) / 8"
     with nbgrad.edit(tiny, source):
         edited = tiny(ids).logits
     assert torch.equal(edited, _steered(tiny, ids))

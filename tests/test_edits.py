@@ -8,11 +8,11 @@ import nbgrad
 from nbgrad.engine.run.edits import active_edits, edit_hooks
 from helpers import hook_count, tiny_gpt2
 
-STEER = "model.transformer.h[1].output[:, -1] += 3 * torch.ones(32)"
+STEER = "model.transformer.h[1].output[:, -1] += torch.arange(32.) / 8"
 
 
 def _steer(module, args, output):
-    output[:, -1] += 3 * torch.ones(32)
+    output[:, -1] += torch.arange(32.) / 8
 
 
 # pushes the last position towards token 7: generation's tokens change
