@@ -144,3 +144,37 @@ def test_the_body_reads_the_namespace_it_was_installed_from(tiny, ids):
     expected = tiny(ids).logits
     _remove(handles)
     assert torch.equal(edited, expected) and set(namespace) == {"model", "torch", "scale"}
+
+
+def test_a_cache_and_a_generate_cell_see_the_edited_values(tiny, ids):
+    seen = {}
+
+    def keep(module, args, output):
+        seen["h"] = output.clone()
+    with nbgrad.edit(tiny, STEER):
+        cached = nbgrad.trace(tiny, ids, "c = cache('transformer.h.1')").saved["c"]
+        steps = nbgrad.generate(tiny, ids, "h = model.transformer.h[1].output.save()", max_new_tokens=2).saved["h"]
+    handles = _by_hand(tiny, (tiny.transformer.h[1], _steer), (tiny.transformer.h[1], keep))
+    tiny(ids)
+    _remove(handles)
+    assert torch.equal(cached["transformer.h.1"], seen["h"]) and torch.equal(steps[0], seen["h"])
+
+
+def test_a_run_over_a_dataset_sees_the_edit_in_every_example(default_model):
+    prompts = ["The cat sat on the", "A dog"]
+    body = "model.transformer.h[0].output[:, -1] += torch.arange(model.config.n_embd) / 8"
+    with nbgrad.edit(default_model, body):
+        over = nbgrad.trace(default_model, None, "last = model.lm_head.output[:, -1].save()", over=prompts,
+                            batch_size=2, progress=False).saved["last"]
+
+    def steer(module, args, output):
+        output[:, -1] += torch.arange(default_model.config.n_embd) / 8
+    handle = default_model.transformer.h[0].register_forward_hook(steer)
+    tokenizer = nbgrad.tokenizer_for(default_model)
+    expected = [default_model(**tokenizer(prompt, return_tensors="pt")).logits[:, -1] for prompt in prompts]
+    handle.remove()
+    plain = [default_model(**tokenizer(prompt, return_tensors="pt")).logits[:, -1] for prompt in prompts]
+    for got, want, unedited in zip(over, expected, plain):
+        torch.testing.assert_close(got.reshape(want.shape), want, atol=1e-4, rtol=1e-4)
+        assert not torch.allclose(want, unedited, atol=1e-2)
+    assert hook_count(default_model) == 0
