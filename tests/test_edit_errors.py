@@ -139,3 +139,23 @@ def test_an_interrupt_cutting_a_call_short_is_repaired_by_remove(ids):
         assert hook_count(model) == 0 and torch.equal(model(ids).logits, before), k
         edit = nbgrad.edit(model, STEER)
     edit.remove()
+
+
+@pytest.mark.parametrize("source, what", [
+    ("model.transformer.h[0].attn.source.self_c_attn_1.output[:] = 0", "`.source`"),
+    ("model.transformer.h[1].skip(model.transformer.h[1].input)", "`.skip`"),
+])
+def test_sites_and_skips_are_refused_with_where_they_work(tiny, source, what):
+    with pytest.raises(NbgradError) as raised:
+        nbgrad.edit(tiny, source)
+    assert str(raised.value) == (f"line 1: {what} cannot stand in an edit: an edit writes and edits what modules "
+                                 f"return and receive (`M.output`, `M.input`, `M.inputs`). Write {what} in each "
+                                 f"%%trace or %%generate cell that needs it")
+    assert hook_count(tiny) == 0
+
+
+def test_a_name_the_body_reads_that_is_not_bound_is_said_when_installed(tiny):
+    with pytest.raises(NbgradError, match=r"^line 1: model.transformer.h\[i\].output: the module cannot be found "
+                                          r"when the edit is installed \(NameError: name 'i' is not defined\)$"):
+        nbgrad.edit(tiny, "model.transformer.h[i].output[:] = 0")
+    assert hook_count(tiny) == 0

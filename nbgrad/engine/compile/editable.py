@@ -22,7 +22,14 @@ REFUSED_CALLS = {
 
 def check_edit(program) -> None:
     """Raise an NbgradError naming the first line of `program` (an edit body) that an edit cannot hold."""
-    refused = _refused_form(ast.parse(program.source))
+    tree = ast.parse(program.source)
+    unsupported = _unsupported_form(tree)
+    if unsupported is not None:
+        line, what = unsupported
+        raise NbgradError(f"{what} cannot stand in an edit: an edit writes and edits what modules return and "
+                          f"receive (`M.output`, `M.input`, `M.inputs`). Write {what} in each %%trace or %%generate "
+                          f"cell that needs it", line)
+    refused = _refused_form(tree)
     if refused is not None:
         line, what = refused
         raise NbgradError(f"{what}, and an edit has no cell to return to: it runs at every later call of the "
@@ -53,6 +60,13 @@ def _refused_form(tree: ast.AST):
         return None
     line, _, what = min(found)
     return line, what
+
+
+def _unsupported_form(tree: ast.AST):
+    """(line, what) of the first site (`M.source.NAME`) or skip (`M.skip(v)`), which an edit does not hook."""
+    found = [(node.lineno, node.col_offset, f"`.{node.attr}`") for node in ast.walk(tree)
+             if isinstance(node, ast.Attribute) and node.attr in ("source", "skip")]
+    return min(found)[::2] if found else None
 
 
 def _lone_read(program):

@@ -23,7 +23,7 @@ from torch import nn
 
 from ..compile.program import RUNTIME_NAME, Read, Write
 from .cellstate import CellState
-from ...errors import diagnose, hints
+from ...errors import NbgradError, diagnose, hints
 from .forward import PATH_ERRORS, ForwardEvents
 from .runtime import Runtime
 
@@ -77,9 +77,11 @@ def _check_paths(program, namespace: dict) -> None:
         try:
             eval(target.code, namespace)
         except PATH_ERRORS as error:
-            found = diagnose.module_path_error(program.uses[min(target.uses)], namespace, error)
-            found.__cause__ = error
-            raise found from error
+            raise diagnose.module_path_error(program.uses[min(target.uses)], namespace, error) from error
+        except Exception as error:      # a name the body reads that is not bound: say so now, not at every call
+            use = program.uses[min(target.uses)]
+            raise NbgradError(f"{use.describe()}: the module cannot be found when the edit is installed "
+                              f"({type(error).__name__}: {error})", use.line) from error
 
 
 def stack_of(model: nn.Module) -> "EditStack":
