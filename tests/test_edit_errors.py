@@ -159,3 +159,24 @@ def test_a_name_the_body_reads_that_is_not_bound_is_said_when_installed(tiny):
                                           r"when the edit is installed \(NameError: name 'i' is not defined\)$"):
         nbgrad.edit(tiny, "model.transformer.h[i].output[:] = 0")
     assert hook_count(tiny) == 0
+
+
+def test_an_interrupt_at_any_line_of_a_later_trace_leaves_the_edit_whole(ids):
+    model = tiny_gpt2()
+    cell = "h = model.transformer.h[1].output[:, -1].save()\nmodel.transformer.h[2].output[:, 0] = 0\n"
+    expected = _steered(model, ids)
+    edit = nbgrad.edit(model, STEER)
+    hooks = edit_hooks(model)
+    nbgrad.trace(model, ids, cell)                  # compiled once: the counted lines are those of a run
+    with Injector(record=True) as clean:
+        nbgrad.trace(model, ids, cell)
+    try:
+        for k in range(1, clean.count + 1, 2):
+            with pytest.raises(KeyboardInterrupt):
+                with Injector(at=k):
+                    nbgrad.trace(model, ids, cell)
+            assert torch.equal(model(ids).logits, expected), f"after an interrupt at line event {k}"
+            assert edit_hooks(model) == hooks and active_edits(model) == [edit]
+    finally:
+        edit.remove()
+    assert hook_count(model) == 0
