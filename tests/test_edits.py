@@ -178,3 +178,21 @@ def test_a_run_over_a_dataset_sees_the_edit_in_every_example(default_model):
         torch.testing.assert_close(got.reshape(want.shape), want, atol=1e-4, rtol=1e-4)
         assert not torch.allclose(want, unedited, atol=1e-2)
     assert hook_count(default_model) == 0
+
+
+def test_calls_a_cell_makes_are_plain_calls_with_no_edit_as_in_a_trace(tiny, ids):
+    plain = tiny(ids).logits
+    head = "model.lm_head.output[:, -1] = 0"
+    cell = ("lens = model.lm_head(model.transformer.h[1].output).save()\n"
+            "logits = model.output.logits.save()\n"
+            "again = model(ids).logits.save()\n")
+    with nbgrad.edit(tiny, head):
+        saved = nbgrad.trace(tiny, ids, cell, namespace={"model": tiny, "ids": ids}).saved
+        edited = tiny(ids).logits
+    blocks = []
+    handle = tiny.transformer.h[1].register_forward_hook(lambda module, args, output: blocks.append(output))
+    tiny(ids)
+    handle.remove()
+    assert torch.equal(saved["lens"], tiny.lm_head(blocks[0])) and torch.equal(saved["again"], plain)
+    assert torch.equal(saved["logits"], edited) and (edited[:, -1] == 0).all() and torch.equal(edited[:, :-1], plain[:, :-1])
+    assert hook_count(tiny) == 0

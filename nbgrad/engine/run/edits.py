@@ -23,6 +23,7 @@ from torch import nn
 
 from ..compile.program import RUNTIME_NAME, Read, Write
 from .cellstate import CellState
+from .claims import active_runtime
 from ...errors import NbgradError, diagnose, hints
 from .forward import PATH_ERRORS, ForwardEvents
 from .runtime import Runtime
@@ -100,11 +101,26 @@ def edit_hooks(model: nn.Module) -> int:
     return stack.hook_count() if stack is not None else 0
 
 
+def cell_statement_running() -> bool:
+    """Is a statement of a cell running now in this thread? Module calls it makes are plain calls (a logit lens),
+    not the model's: no edit applies to them, as no edit of the cell does."""
+    cell = active_runtime()
+    if cell is None:
+        return False
+    scheduler = getattr(cell, "scheduler", None)      # a Runtime counts in its scheduler, a direct run in itself
+    return (scheduler.in_statement if scheduler is not None else getattr(cell, "in_statement", 0)) > 0
+
+
 class _FirstEvents(ForwardEvents):
-    """An edit's forward events: every hook goes first on its module."""
+    """An edit's forward events: every hook goes first on its module; a call a cell's statement makes passes."""
 
     def hook(self, module, kind, prepend=False, for_statement=True):
         return super().hook(module, kind, True, for_statement)
+
+    def _on_event(self, key, module, args, value):
+        if cell_statement_running():
+            return None
+        return super()._on_event(key, module, args, value)
 
 
 class EditRun(Runtime):
@@ -196,8 +212,8 @@ class EditStack:
             del self.starts[0]
 
     def _on_call(self, module, args):
-        if self.running and self._inside_call():
-            return None                  # the model called again while it runs (by a cell's statement)
+        if self.running and self._inside_call() or cell_statement_running():
+            return None                  # the model called by a cell's statement (while it runs, or after)
         if self.running or not self._armed():
             self._arm()                  # a call or an arming cut short by an interrupt: closed and armed first
         self.running, self.call_frame = True, sys._getframe(1)
