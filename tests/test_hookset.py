@@ -2,6 +2,8 @@
 `register_forward_hook` does, in the same order among torch's own hooks; the set removes every handle, twice
 safely; what registers hooks in its own way is asked to. (test_interrupts.py and test_source_cleanup.py interrupt
 every line of it.) The same for a gradient hook put in by `HookSet.grad_hook` against `Tensor.register_hook`."""
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -125,3 +127,24 @@ def test_a_parameter_and_a_tensor_without_grad_go_to_torchs_way():
         hooks.grad_hook("no grad", torch.ones(2), lambda grad: None)
     hooks.remove_all()
     assert not weight._backward_hooks
+
+
+def test_the_installed_torch_runs_hooks_put_into_its_dicts():
+    from nbgrad.engine.run.torchcheck import private_hooks_problem
+    assert private_hooks_problem() is None
+
+
+def test_a_torch_that_ignores_its_hook_dicts_is_refused_naming_the_range():
+    import re
+    from nbgrad.engine.run.torchcheck import SUPPORTED_TORCH, require_private_hooks
+
+    class CallsNoHooks(nn.Identity):
+        def __call__(self, x):          # as a torch whose modules no longer read _forward_hooks would
+            return self.forward(x)
+
+    with pytest.raises(ImportError, match=re.escape(f"nbgrad needs torch{SUPPORTED_TORCH}; the installed torch")) \
+            as raised:
+        require_private_hooks(CallsNoHooks)
+    assert "a forward hook put into torch's hook dict did not fire" in str(raised.value)
+    pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    assert f'"torch{SUPPORTED_TORCH}"' in pyproject

@@ -162,6 +162,47 @@ def test_the_arrows_have_no_circle():
     assert not circles, f"rooms that reach themselves: {circles}"
 
 
+def module_circles():
+    """Circles of imports between the package's modules (lazy imports inside functions included; a package's
+    `__init__` gathers names and is left out), each as the sorted list of its modules."""
+    modules = {".".join(p.relative_to(PACKAGE).with_suffix("").parts): p for p in python_files()
+               if p.name != "__init__.py"}
+    edges = {name: imported_modules(path) & set(modules) - {name} for name, path in modules.items()}
+    circles, done = [], set()
+    for start in sorted(modules):
+        reached = _reach(start, edges)
+        if start in reached and start not in done:
+            circle = sorted(name for name in reached if start in _reach(name, edges))
+            done.update(circle)
+            circles.append(circle)
+    return circles
+
+
+def _reach(start, edges):
+    reached, frontier = set(), [start]
+    while frontier:
+        for following in edges[frontier.pop()] - reached:
+            reached.add(following)
+            frontier.append(following)
+    return reached
+
+
+def test_no_module_imports_itself_in_a_circle():
+    circles = module_circles()
+    assert not circles, "modules that import each other round a circle: " + "; ".join(" <-> ".join(c) for c in circles)
+
+
+def test_the_circle_finder_sees_a_circle(tmp_path, monkeypatch):
+    package = tmp_path / "nbgrad"
+    (package / "room").mkdir(parents=True)
+    (package / "room" / "__init__.py").write_text("")
+    (package / "room" / "first.py").write_text("from .second import thing\n")
+    (package / "room" / "second.py").write_text("def f():\n    from .first import other\n")
+    (package / "room" / "third.py").write_text("from .first import thing\n")
+    monkeypatch.setitem(globals(), "PACKAGE", package)
+    assert module_circles() == [["room.first", "room.second"]]
+
+
 def test_running_a_cell_does_not_import_the_compiler():
     for path in (PACKAGE / "engine" / "run").glob("*.py"):
         assert "engine.compile.compiler" not in imported_modules(path), path.name

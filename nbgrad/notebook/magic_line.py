@@ -120,3 +120,11 @@ def is_expression(text: str) -> bool:
         return True
     except SyntaxError:
         return False
+
+
+def split_expression(rest: str, magic, head: str) -> tuple:
+    """`EXPR --options` -> (EXPR or None, parsed options); EXPR is Python (quotes, brackets, spaces)."""
+    expression, parsed = split_line(rest, magic, [head])
+    if expression and not is_expression(expression):
+        raise UsageError(f"cannot read `{expression}` as a Python expression; see %{magic.__name__}?")
+    return expression or None, parsed

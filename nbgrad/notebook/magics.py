@@ -12,16 +12,8 @@ from ..engine.run import checks
 from ..errors import NbgradError, for_the_cell
 from ..errors.naming import a_or_an
 from ..engine.run.cellstate import unsaved_names
-from .magic_line import evaluate, is_expression, split_line
+from .magic_line import evaluate, split_expression, split_line
 from .over import dataset_options, over_arguments, trace_over_line
-
-
-def split_expression(rest: str, magic, head: str) -> tuple:
-    """`EXPR --options` -> (EXPR or None, parsed options); EXPR is Python (quotes, brackets, spaces)."""
-    expression, parsed = split_line(rest, magic, [head])
-    if expression and not is_expression(expression):
-        raise UsageError(f"cannot read `{expression}` as a Python expression; see %{magic.__name__}?")
-    return expression or None, parsed
 
 
 def _cell_errors(magic):
@@ -204,7 +196,7 @@ class NbgradMagics(Magics):
         (`a = %attribute ...` keeps it). Same as `nbgrad.attribute`."""
         __tracebackhide__ = True
         from .attribute import attribute_line
-        return attribute_line(self, line, self.attribute)
+        return attribute_line(line, self.attribute, self._model, self._evaluate)
 
     @line_magic
     def nbgrad(self, line):

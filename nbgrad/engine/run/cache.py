@@ -12,6 +12,7 @@ import torch
 
 from ...errors import NbgradError
 from ...errors.naming import path_spellings
+from .claims import active_runtime
 
 
 def main_tensor(value):
@@ -74,7 +75,6 @@ class Cache(Mapping):
 
     def _filling(self) -> bool:
         """Is this cache's run going on, its forward pass not finished? (Only asked for a path it lacks.)"""
-        from .runtime import active_runtime       # here, not above: the runtime imports what imports this module
         runtime = active_runtime()
         return (runtime is not None and id(self) in runtime.saved.by_id and not runtime.forward.done
                 and not runtime.stepping)

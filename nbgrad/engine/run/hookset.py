@@ -10,6 +10,10 @@ from typing import Callable, Hashable
 
 from torch import Tensor, nn
 
+from .torchcheck import require_private_hooks
+
+require_private_hooks()
+
 _REGISTER = nn.Module.register_forward_hook
 # Negative: torch numbers its own handles from 0 up, so an id of ours is never one of its own, nor in the sets
 # of hooks it calls with keyword arguments or always
