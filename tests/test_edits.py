@@ -196,3 +196,15 @@ def test_calls_a_cell_makes_are_plain_calls_with_no_edit_as_in_a_trace(tiny, ids
     assert torch.equal(saved["lens"], tiny.lm_head(blocks[0])) and torch.equal(saved["again"], plain)
     assert torch.equal(saved["logits"], edited) and (edited[:, -1] == 0).all() and torch.equal(edited[:, :-1], plain[:, :-1])
     assert hook_count(tiny) == 0
+
+
+def test_a_model_whose_edit_was_never_removed_goes_when_the_notebook_lets_go_of_it(ids):
+    import gc
+    import weakref
+    model = tiny_gpt2()
+    edit = nbgrad.edit(model, STEER)
+    model(ids)
+    gone = weakref.ref(model)
+    del model, edit
+    gc.collect()
+    assert gone() is None

@@ -28,7 +28,14 @@ from ...errors import NbgradError, diagnose, hints
 from .forward import PATH_ERRORS, ForwardEvents
 from .runtime import Runtime
 
-_stacks: "weakref.WeakKeyDictionary[nn.Module, EditStack]" = weakref.WeakKeyDictionary()
+# model -> a weak reference to its EditStack: the stack lives as long as its hooks on the model, so a model whose
+# edits were never removed still goes when the notebook lets go of it (the stack holds the model)
+_stacks: "weakref.WeakKeyDictionary[nn.Module, weakref.ref]" = weakref.WeakKeyDictionary()
+
+
+def _stack(model: nn.Module):
+    found = _stacks.get(model)
+    return found() if found is not None else None
 
 
 class Edit:
@@ -64,9 +71,10 @@ class Edit:
 def install(edit: Edit) -> Edit:
     """Put `edit` on its model, after the edits already there; a module path not in the model is refused now."""
     _check_paths(edit.program, edit.namespace)
-    stack = _stacks.get(edit.model)
+    stack = _stack(edit.model)
     if stack is None:
-        stack = _stacks[edit.model] = EditStack(edit.model)
+        stack = EditStack(edit.model)
+        _stacks[edit.model] = weakref.ref(stack)
     stack.add(edit)
     return edit
 
@@ -86,18 +94,18 @@ def _check_paths(program, namespace: dict) -> None:
 
 
 def stack_of(model: nn.Module) -> "EditStack":
-    return _stacks.get(model) or EditStack(model)
+    return _stack(model) or EditStack(model)
 
 
 def active_edits(model: nn.Module) -> list:
     """The edits installed on `model`, in the order they apply."""
-    stack = _stacks.get(model)
+    stack = _stack(model)
     return list(stack.edits) if stack is not None else []
 
 
 def edit_hooks(model: nn.Module) -> int:
     """How many hooks on `model` and its modules belong to its edits (they stay between cells)."""
-    stack = _stacks.get(model)
+    stack = _stack(model)
     return stack.hook_count() if stack is not None else 0
 
 
@@ -273,5 +281,5 @@ class EditStack:
             if handle is not None:
                 handle.remove()
         self.starts, self.ends = [], None
-        if _stacks.get(self.model) is self:
+        if _stack(self.model) is self:
             del _stacks[self.model]
