@@ -12,7 +12,7 @@ from .engine.run import checks
 from .engine.run.cache import Cache
 from .engine.run.result import Result
 from .engine.run.direct import DirectRun
-from .engine.run.edits import Edit, install
+from .engine.run.edits import Edit, install, names_read
 from .engine.run.moduletree import compiled_inner
 from .engine.run.rows import InvokeRows
 from .engine.run.runtime import Runtime, active_runtime
@@ -166,7 +166,7 @@ def edit(model: nn.Module, source: str, namespace: dict | None = None, *, label:
     check_edit(program)
     model = compiled_inner(model) or model
     remember(model)
-    return install(Edit(model, program, dict(namespace), label))
+    return install(Edit(model, program, names_read(program, namespace), label))
 
 
 def save(value):

@@ -97,3 +97,17 @@ def test_a_refused_cell_says_why_and_installs_nothing(edited, capsys, cell, said
     result = edited.run_cell(cell)
     assert not result.success and said in str(result.error_in_exec) + capsys.readouterr().err
     assert active_edits(edited.user_ns["model"]) == [] and hook_count(edited.user_ns["model"]) == 0
+
+
+def test_a_helper_from_an_earlier_cell_edits_and_the_edit_keeps_only_the_names_it_reads(edited):
+    shell = edited
+    assert shell.run_cell("direction = torch.arange(32.) / 8\nunused = torch.zeros(1000)\n"
+                          "def steer(i):\n    model.transformer.h[i].output[:, -1] += direction\n").success
+    assert shell.run_cell("%%edit model --out e\nsteer(1)\n").success
+    ns = shell.user_ns
+    plain = ns["model"](ns["ids"]).logits
+    kept = set(ns["e"].namespace) - {"__builtins__", "__nbgrad__"}
+    ns["e"].remove()
+    assert torch.equal(plain, _steered(ns["model"], ns["ids"])) and kept == {"steer", "model", "direction"}
+    for name in ("direction", "unused", "steer", "e"):
+        ns.pop(name)

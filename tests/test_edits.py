@@ -208,3 +208,4 @@ def test_a_model_whose_edit_was_never_removed_goes_when_the_notebook_lets_go_of_
     del model, edit
     gc.collect()
     assert gone() is None
+

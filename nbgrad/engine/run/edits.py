@@ -79,6 +79,13 @@ def install(edit: Edit) -> Edit:
     return edit
 
 
+def names_read(program, namespace: dict) -> dict:
+    """The names the body (and the helpers compiled into it) reads, with their values now: what an edit keeps of
+    the notebook, so that the rest of it (a large tensor deleted later, say) is not held while the edit is on."""
+    names = set(program.helper_globals).union(*(node.spec.reads for node in program.nodes))
+    return {name: namespace[name] for name in names if name in namespace}
+
+
 def _check_paths(program, namespace: dict) -> None:
     for target in program.forward_targets:
         if not target.uses or target.needs or target.every_element:
