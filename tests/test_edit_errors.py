@@ -95,9 +95,9 @@ def test_an_error_raised_by_the_edit_itself_names_its_line_and_leaves_it_whole(t
             with pytest.raises(RuntimeError, match="normalized_shape") as raised:
                 tiny(ids)
             assert raised.value.__notes__ == [
-                "nbgrad: raised while nbgrad.edit(GPT2LMHeadModel) was on the model (nbgrad.edit(GPT2LMHeadModel), "
-                "line 2 replaced model.transformer.h[1].output of shape (1, 6, 32) with a value of shape (5,); the "
-                "model failed after that); `.remove()` takes it off"]
+                "nbgrad: raised while nbgrad.edit(GPT2LMHeadModel) was on the model (line 2 replaced "
+                "model.transformer.h[1].output of shape (1, 6, 32) with a value of shape (5,); the model failed after "
+                "that); `.remove()` takes it off"]
         assert len(active_edits(tiny)) == 1
     finally:
         edit.remove()

@@ -90,7 +90,7 @@ def note_edit(error: BaseException, label: str, events) -> None:
     if not isinstance(error, Exception):
         return
     replaced = _after_a_replacement(error, events.last_replacement)
-    error.add_note(f"nbgrad: raised while {label} was on the model" + (f" ({label}, {replaced})" if replaced else "")
+    error.add_note(f"nbgrad: raised while {label} was on the model" + (f" ({replaced})" if replaced else "")
                    + "; `.remove()` takes it off")
 
 
