@@ -180,3 +180,24 @@ def test_an_interrupt_at_any_line_of_a_later_trace_leaves_the_edit_whole(ids):
     finally:
         edit.remove()
     assert hook_count(model) == 0
+
+
+def test_an_edit_of_a_module_the_call_never_runs_says_so_at_each_call_and_stays_whole():
+    from torch import nn
+
+    class TwoHeads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used, self.unused = nn.Linear(3, 3), nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.used(x)
+    model = TwoHeads()
+    edit = nbgrad.edit(model, "model.unused.output[:] = 0")
+    for _ in range(2):
+        with pytest.raises(NbgradError) as raised:
+            model(torch.ones(1, 3))
+        assert str(raised.value) == ("line 1: model.unused.output never came: model.unused never ran during this call "
+                                     "of the model (in nbgrad.edit(TwoHeads); `.remove()` takes it off)")
+    edit.remove()
+    assert hook_count(model) == 0

@@ -126,6 +126,16 @@ def cell_statement_running() -> bool:
     return (scheduler.in_statement if scheduler is not None else getattr(cell, "in_statement", 0)) > 0
 
 
+def _of_the_edit(error: BaseException, label: str) -> BaseException:
+    """An error an edit's step raised at the end of a call (a statement still waiting), saying whose it is."""
+    if isinstance(error, NbgradError):
+        found = type(error)(f"{error.detail} (in {label}; `.remove()` takes it off)", error.line)
+        found.__cause__, found.__suppress_context__ = error.__cause__, True
+        return found
+    error.add_note(f"nbgrad: raised by {label}; `.remove()` takes it off")
+    return error
+
+
 class _FirstEvents(ForwardEvents):
     """An edit's forward events: every hook goes first on its module; a call a cell's statement makes passes."""
 
@@ -252,7 +262,7 @@ class EditStack:
                     try:
                         run.finish_step()
                     except Exception as raised:
-                        error = run.close(raised)
+                        error = _of_the_edit(run.close(raised), run.label)
                 run.close()
         finally:
             self._arm()
