@@ -1,5 +1,5 @@
 """nbgrad: see and change activations and gradients inside PyTorch models, from a notebook."""
-from .api import backward, run_with_cache, save, show, trace
+from .api import backward, edit, run_with_cache, save, show, trace
 from . import datasets  # noqa: F401  (puts the runner of `over=DATASET` into api.trace)
 from .attribution import Attribution, attribute, attribution_patching
 from .errors import GradError, InputError, ModulePathError, NbgradError, OrderError
@@ -7,12 +7,14 @@ from .generation import GenerationResult, generate
 from .models import load_model, processor_for, tokenizer_for
 from .engine.run.result import Result
 from .engine.run.cache import Cache
+from .engine.run.edits import Edit
 from .engine.run.listing import listing as source
 from .views.attention import attention_pattern
 
 __version__ = "0.1.0"
 
 __all__ = ["load_model", "tokenizer_for", "processor_for", "trace", "backward", "generate", "save", "show", "Result",
+           "edit", "Edit",
            "Cache", "run_with_cache",
            "GenerationResult", "attribute", "attribution_patching", "Attribution", "NbgradError", "GradError",
            "InputError", "ModulePathError", "OrderError", "source", "attention_pattern", "__version__"]

@@ -6,12 +6,15 @@ from torch import nn
 
 from . import models
 from .engine.compile.compiler import compile_cell
+from .engine.compile.editable import check_edit
 from .engine.compile.helpers import compile_with_helpers
 from .engine.compile.pasted import NAME as TRACER, rewritten
 from .engine.run import checks
 from .engine.run.cache import Cache
 from .engine.run.result import Result
 from .engine.run.direct import DirectRun
+from .engine.run.edits import Edit, install, names_read
+from .engine.run.moduletree import compiled_inner
 from .engine.run.rows import InvokeRows
 from .engine.run.runtime import Runtime, active_runtime
 from .errors import GradError, NbgradError
@@ -153,6 +156,20 @@ def _without_line(error: NbgradError) -> NbgradError:
         plain = NbgradError(detail)
     plain.__suppress_context__ = True
     return plain
+
+
+def edit(model: nn.Module, source: str, namespace: dict | None = None, *, label: str = "") -> Edit:
+    """Install `source` (the body of a `%%edit` cell: writes and in-place edits of module events) on `model` for
+    every later call of it (a plain call, `generate`, a later trace) until `.remove()`; returns the `Edit`, which
+    is also a context manager. The body reads the namespace as it is now."""
+    if not isinstance(model, nn.Module) or (namespace is not None and not isinstance(namespace, dict)):
+        checks.trace_arguments(model, namespace)
+    namespace = default_namespace(namespace, model)
+    program = compile_with_helpers(source, "trace", namespace)
+    check_edit(program)
+    model = compiled_inner(model) or model
+    remember(model)
+    return install(Edit(model, program, names_read(program, namespace), label))
 
 
 def save(value):

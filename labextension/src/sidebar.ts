@@ -15,6 +15,7 @@ import { CommsOverSubshells, Kernel } from '@jupyterlab/services';
 import { treeViewIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 import { count, el } from './dom';
+import { editsNote, IEdit } from './edits';
 import { isSitesReply, SitesShown } from './sites';
 
 export interface IModuleNode {
@@ -29,6 +30,7 @@ export interface IModuleNode {
   truncated?: boolean;
   lazy?: boolean;
   error?: string;
+  edits?: IEdit[];
 }
 
 // A tree this small is built at once; a bigger one (a 32-block model has ~500 modules) builds each
@@ -197,6 +199,10 @@ export class ModelExplorer extends Widget {
     }
     if (node.error) {
       row.appendChild(el('span', 'nbgrad-note', `cannot list: ${String(node.error)}`));
+    }
+    const edits = editsNote(node.edits);
+    if (edits) {
+      row.appendChild(edits);
     }
     return row;
   }

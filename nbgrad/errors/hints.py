@@ -84,6 +84,16 @@ def _not_a_tensor(error, other_reads: dict) -> str | None:
     return None
 
 
+def note_edit(error: BaseException, label: str, events) -> None:
+    """Note on an error raised during a call of a model that a persistent edit (`label`) was on, and what the
+    edit replaced when the model failed after that; the cell's own hints are still added after this note."""
+    if not isinstance(error, Exception):
+        return
+    replaced = _after_a_replacement(error, events.last_replacement)
+    error.add_note(f"nbgrad: raised while {label} was on the model" + (f" ({replaced})" if replaced else "")
+                   + "; `.remove()` takes it off")
+
+
 def _after_a_replacement(error, replacement) -> str | None:
     """The model failed after the cell replaced a module's output or input with a value of another shape."""
     if replacement is None or not isinstance(error, (RuntimeError, ValueError, IndexError, TypeError)):

@@ -9,6 +9,7 @@ import weakref
 from torch import nn
 from torch.nn.parameter import is_lazy
 
+from ..engine.run.edits import active_edits
 from ..errors.naming import module_path
 from .comm_sites import sites_reply
 
@@ -126,7 +127,9 @@ def module_tree(name: str, model: nn.Module) -> dict:
         if any(is_lazy(p) for p in module._parameters.values() if p is not None):
             entry["lazy"] = True      # its shapes come with the first call (nn.LazyLinear, ...)
         return entry
-    return node(name, name, model)
+    tree = node(name, name, model)
+    tree["edits"] = [{"source": edit.summary(), "label": edit.label} for edit in active_edits(model)]
+    return tree
 
 
 def _numel(params) -> int:

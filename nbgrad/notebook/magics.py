@@ -247,6 +247,8 @@ def load(ipython) -> None:
     ipython.register_magics(NbgradMagics)
     from .magic_source import SourceMagics
     ipython.register_magics(SourceMagics)
+    from .magic_edit import EditMagics
+    ipython.register_magics(EditMagics)
     ipython.set_custom_exc((NameError,), _explain_unsaved)
     from .generate import empty_body_as_line
     if empty_body_as_line not in ipython.input_transformers_cleanup:

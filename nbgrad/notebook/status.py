@@ -6,6 +6,7 @@ from pathlib import Path
 
 from .. import __version__
 from .. import models
+from ..engine.run.edits import active_edits, edit_hooks
 
 NAME = "nbgrad"
 
@@ -66,7 +67,19 @@ def report(namespace: dict) -> str:
     names = {id(v): k for k, v in namespace.items() if not k.startswith("_")}
     listed = ", ".join(f"{names.get(id(m), '?')} ({type(m).__name__})" for m in seen) or "none"
     hooks = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for model in seen for m in model.modules())
+    edits = [(names.get(id(model), '?'), edit) for model in seen for edit in active_edits(model)]
+    held = sum(edit_hooks(model) for model in seen)
     return (f"nbgrad {__version__}\n"
             f"JupyterLab extension: {extension_state()}\n"
             f"models seen: {listed}\n"
-            f"hooks live: {hooks}")
+            f"hooks live: {hooks - held}" + (f" (beside the {held} hooks of the edits below)" if held else "") +
+            "\n" + edits_report(edits))
+
+
+def edits_report(edits: list) -> str:
+    """One line per active edit, in the order they apply on each model."""
+    if not edits:
+        return "edits active: none"
+    lines = [f"edits active: {len(edits)} (each stays on its model until its .remove())"]
+    lines += [f"  {name}: {edit.summary()}  [{edit.label}]" for name, edit in edits]
+    return "\n".join(lines)

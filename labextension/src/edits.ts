@@ -1,0 +1,17 @@
+import { el } from './dom';
+
+// A persistent edit of a model (%%edit MODEL), as the kernel's comm reports it on the model's own entry.
+export interface IEdit {
+  source: string;
+  label: string;
+}
+
+// "2 edits on" beside a model, each edit's cell line and body in its tooltip; null when there are none.
+export function editsNote(edits: IEdit[] | undefined): HTMLElement | null {
+  if (!Array.isArray(edits) || !edits.length) {
+    return null;
+  }
+  const note = el('span', 'nbgrad-note nbgrad-edits', `${edits.length} edit${edits.length > 1 ? 's' : ''} on`);
+  note.title = edits.map(edit => `${String(edit.label)}: ${String(edit.source)}`).join('\n');
+  return note;
+}
