@@ -10,10 +10,10 @@ export PATH := $(BIN):$(PATH)
 LAB_DIR ?= notebooks
 
 # Offline belongs to the tests and benchmarks only: in `make lab`, nbgrad.load_model("gpt2") reaches the hub.
-test bench fuzz: export HF_HUB_OFFLINE := 1
-test bench fuzz: export TRANSFORMERS_OFFLINE := 1
+test bench fuzz docs docs-picture: export HF_HUB_OFFLINE := 1
+test bench fuzz docs docs-picture: export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: lab lab-server test install extension docs bench fuzz clean
+.PHONY: lab lab-server test install extension docs docs-picture bench fuzz clean
 
 # Each build step prints one line while it works; what its tools print goes to build/logs/STEP.log, shown when
 # the step fails. $(call step,NAME,WHAT,COMMAND)
@@ -75,6 +75,22 @@ lab-server:
 	done
 	cd "$(LAB_DIR)" && $(BIN)/jupyter lab --ip=127.0.0.1 $(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
 
+# The documentation site: docs/*.md, the tutorials executed (once: build/jupyter_cache keeps their outputs until
+# a tutorial's code changes) and the reference, as static HTML in site/. Warnings are errors.
+$(VENV)/.docs-tools: pyproject.toml | $(VENV)/.installed
+	$(call step,docs-tools,installing the documentation tools (the docs extra),\
+		$(PIP) install --no-build-isolation -c $(VENV)/constraints.txt ".[docs]")
+	@touch $@
+
+docs: install $(VENV)/.docs-tools
+	$(call step,docs,building the documentation site into site/ (tutorials run once; later builds reuse them),\
+		$(PY) -m sphinx -b html -W --keep-going -q -d build/doctrees docs site)
+	@echo "nbgrad: the site is in site/index.html"
+
+# docs/images/panel.png, the panel on the README and the front page, drawn again (needs Chromium).
+docs-picture: install
+	$(call step,docs-picture,drawing docs/images/panel.png,$(PY) docs/panel_picture.py)
+
 # Two workers (pytest-xdist): the browser tests wait on a server, a kernel and a page much of their time, which the
 # other worker's tests fill (11.6 min against 16), and what must not run side by side is grouped onto one worker
 # (tests/conftest.py). `make test TEST_WORKERS=0` runs everything in one process.
@@ -100,4 +116,4 @@ fuzz: install
 	NBGRAD_FUZZ_EXAMPLES=2000 NBGRAD_INTERRUPT_FULL=1 $(PY) -m pytest -q tests/test_fuzz_cells.py tests/test_interrupts.py
 
 clean:
-	rm -rf $(VENV) node_modules labextension/lib nbgrad/labextension build dist *.egg-info
+	rm -rf $(VENV) node_modules labextension/lib nbgrad/labextension build dist *.egg-info site docs/_generated
