@@ -30,7 +30,7 @@ def test_readme_is_short_and_shows_a_panel():
 def test_every_python_block_runs(shell):
     python = [(code, why) for lang, code, why in blocks() if lang in ("python", "ipython")]
     assert len(python) >= 10
-    before = set(shell.user_ns)
+    before = dict(shell.user_ns)         # README binds `model`, `x`, ...: the session's names come back after
     try:
         for code, why in python:
             if why is not None:
@@ -39,8 +39,9 @@ def test_every_python_block_runs(shell):
             assert result.error_before_exec is None and result.error_in_exec is None, (code, result)
         assert shell.user_ns["patched"].shape[0] == 1 and len(shell.user_ns["last"]) == 3
     finally:
-        for name in set(shell.user_ns) - before:
+        for name in set(shell.user_ns) - set(before):
             del shell.user_ns[name]
+        shell.user_ns.update(before)
 
 
 def test_every_other_block_is_a_shell_command():
