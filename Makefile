@@ -95,7 +95,7 @@ docs-picture: install
 # other worker's tests fill (11.6 min against 16), and what must not run side by side is grouped onto one worker
 # (tests/conftest.py). `make test TEST_WORKERS=0` runs everything in one process.
 TEST_WORKERS ?= 2
-test: install
+test: install $(VENV)/.docs-tools       # tests/browser/test_docs_site.py builds the site
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
 
 bench: install
