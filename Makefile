@@ -13,7 +13,7 @@ LAB_DIR ?= notebooks
 test bench fuzz docs docs-picture: export HF_HUB_OFFLINE := 1
 test bench fuzz docs docs-picture: export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: lab lab-server test install extension docs docs-picture bench fuzz clean
+.PHONY: lab lab-server test install extension docs docs-check docs-picture bench fuzz clean
 
 # Each build step prints one line while it works; what its tools print goes to build/logs/STEP.log, shown when
 # the step fails. $(call step,NAME,WHAT,COMMAND)
@@ -86,6 +86,11 @@ docs: install $(VENV)/.docs-tools
 	$(call step,docs,building the documentation site into site/ (tutorials run once; later builds reuse them),\
 		$(PY) -m sphinx -b html -W --keep-going -q -d build/doctrees docs site)
 	@echo "nbgrad: the site is in site/index.html"
+
+# The built site with every tutorial, checked in a browser with the network blocked (`make test` checks a quicker
+# build of two tutorials).
+docs-check: docs
+	NBGRAD_DOCS_SITE=site $(PY) -m pytest -q -p no:cacheprovider tests/browser/test_docs_site.py
 
 # docs/images/panel.png, the panel on the README and the front page, drawn again (needs Chromium).
 docs-picture: install
