@@ -10,55 +10,97 @@ export PATH := $(BIN):$(PATH)
 LAB_DIR ?= notebooks
 
 # Offline belongs to the tests and benchmarks only: in `make lab`, nbgrad.load_model("gpt2") reaches the hub.
-test bench fuzz: export HF_HUB_OFFLINE := 1
-test bench fuzz: export TRANSFORMERS_OFFLINE := 1
+test bench fuzz docs docs-picture: export HF_HUB_OFFLINE := 1
+test bench fuzz docs docs-picture: export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: lab lab-server test install extension bench fuzz clean
+.PHONY: lab lab-server test install extension docs docs-check docs-picture bench fuzz clean
+
+# Each build step prints one line while it works; what its tools print goes to build/logs/STEP.log, shown when
+# the step fails. $(call step,NAME,WHAT,COMMAND)
+LOGS := build/logs
+step = @mkdir -p $(LOGS); echo "nbgrad: $(2) (log: $(LOGS)/$(1).log)"; \
+	( $(3) ) > $(LOGS)/$(1).log 2>&1 || { tail -n 40 $(LOGS)/$(1).log; echo "nbgrad: $(2) failed"; exit 1; }
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 # torch first, pinned to the CPU wheel: nothing later may resolve an unpinned torch into CUDA builds.
 TORCH := torch==2.13.0
+comma := ,
 $(VENV)/.torch: | $(PY)
-	$(PIP) install $(TORCH)
-	touch $@
+	$(call step,torch,installing $(TORCH) (CPU),$(PIP) install $(TORCH))
+	@touch $@
 
 $(VENV)/.tools: $(VENV)/.torch
-	$(PIP) install "jupyterlab>=4.6,<5" hatchling hatch-jupyter-builder jupyter-builder
-	touch $@
+	$(call step,tools,installing JupyterLab and the build tools,\
+		$(PIP) install "jupyterlab>=4.6$(comma)<5" hatchling hatch-jupyter-builder jupyter-builder)
+	@touch $@
 
 # `npm install` with the committed lock: the registry here lacks rspack's other-platform optional
 # binaries, which `npm ci` insists on finding in the lock.
 node_modules/.package-lock.json: package.json package-lock.json
-	npm install --no-audit --no-fund --no-save --loglevel=error
+	$(call step,npm,installing the extension's npm packages,npm install --no-audit --no-fund --no-save --loglevel=error)
 
-# The JupyterLab extension: TypeScript -> labextension/lib -> nbgrad/labextension (built with npm).
-extension: $(VENV)/.tools node_modules/.package-lock.json
-	npm run build:prod
+# The JupyterLab extension: TypeScript -> labextension/lib -> nbgrad/labextension (built with npm), rebuilt only
+# when one of its sources is newer than the build (the files package.json lists, and the TypeScript settings).
+EXTENSION := nbgrad/labextension/package.json
+EXTENSION_SOURCES := $(shell find labextension/src labextension/style -type f) labextension/tsconfig.json \
+	package.json nbgrad/views/panel.js nbgrad/views/panel.css
+$(EXTENSION): $(EXTENSION_SOURCES) node_modules/.package-lock.json $(VENV)/.tools
+	$(call step,extension,building the JupyterLab extension,npm run build:prod)
+	@touch $@
+extension: $(EXTENSION)
 
-# The package as users get it: a wheel that carries the prebuilt extension.
+# The package as users get it: a wheel that carries the prebuilt extension, reinstalled only when the package,
+# the extension or pyproject.toml is newer than the last install ($(VENV)/.installed), so that `make lab` after
+# `make test` starts the server at once.
 # With the `ray` extra (`--engine ray`), under a constraint that keeps the torch installed above.
-install: extension
-	echo "$(TORCH)" > $(VENV)/constraints.txt
-	$(PIP) install --no-build-isolation -c $(VENV)/constraints.txt ".[dev,ray]"
+PACKAGE_SOURCES := $(shell find nbgrad -type f -not -path 'nbgrad/labextension/*' -not -path '*/__pycache__/*')
+$(VENV)/.installed: $(EXTENSION) $(PACKAGE_SOURCES) pyproject.toml install.json
+	@echo "$(TORCH)" > $(VENV)/constraints.txt
+	$(call step,install,installing nbgrad into $(VENV),\
+		$(PIP) install --no-build-isolation -c $(VENV)/constraints.txt ".[dev$(comma)ray]")
+	@touch $@
+install: $(VENV)/.installed
 
 lab: install
 	@$(MAKE) --no-print-directory lab-server
 
 # Tutorials missing from LAB_DIR are copied in; notebooks already there (your work) are kept as they are.
 lab-server:
+	@echo "nbgrad: JupyterLab on $(LAB_DIR)/ (a working copy of examples/); it prints its URL below"
 	@mkdir -p "$(LAB_DIR)"
 	@for notebook in examples/*.ipynb; do \
 		[ -e "$(LAB_DIR)/$${notebook##*/}" ] || cp "$$notebook" "$(LAB_DIR)/"; \
 	done
 	cd "$(LAB_DIR)" && $(BIN)/jupyter lab --ip=127.0.0.1 $(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
 
+# The documentation site: docs/*.md, the tutorials executed (once: build/jupyter_cache keeps their outputs until
+# a tutorial's code changes) and the reference, as static HTML in site/. Warnings are errors.
+$(VENV)/.docs-tools: pyproject.toml | $(VENV)/.installed
+	$(call step,docs-tools,installing the documentation tools (the docs extra),\
+		$(PIP) install --no-build-isolation -c $(VENV)/constraints.txt ".[docs]")
+	@touch $@
+
+docs: install $(VENV)/.docs-tools
+	$(call step,docs,building the documentation site into site/ (tutorials run once; later builds reuse them),\
+		$(PY) -m sphinx -b html -W --keep-going -q -d build/doctrees docs site)
+	@echo "nbgrad: the site is in site/index.html"
+
+# The built site with every tutorial, checked in a browser with the network blocked (`make test` checks a quicker
+# build of two tutorials).
+docs-check: docs
+	NBGRAD_DOCS_SITE=site $(PY) -m pytest -q -p no:cacheprovider tests/browser/test_docs_site.py
+
+# docs/images/panel.png, the panel on the README and the front page, drawn again (needs Chromium).
+docs-picture: install
+	$(call step,docs-picture,drawing docs/images/panel.png,$(PY) docs/panel_picture.py)
+
 # Two workers (pytest-xdist): the browser tests wait on a server, a kernel and a page much of their time, which the
 # other worker's tests fill (11.6 min against 16), and what must not run side by side is grouped onto one worker
 # (tests/conftest.py). `make test TEST_WORKERS=0` runs everything in one process.
 TEST_WORKERS ?= 2
-test: install
+test: install $(VENV)/.docs-tools       # tests/browser/test_docs_site.py builds the site
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
 
 bench: install
@@ -79,4 +121,4 @@ fuzz: install
 	NBGRAD_FUZZ_EXAMPLES=2000 NBGRAD_INTERRUPT_FULL=1 $(PY) -m pytest -q tests/test_fuzz_cells.py tests/test_interrupts.py
 
 clean:
-	rm -rf $(VENV) node_modules labextension/lib nbgrad/labextension build dist *.egg-info
+	rm -rf $(VENV) node_modules labextension/lib nbgrad/labextension build dist *.egg-info site docs/_generated

@@ -39,8 +39,9 @@ def generate_line(magics, line: str, cell: str, magic, cell_form: bool) -> None:
         from IPython.display import display
         from ..models import tokenizer_for
         from ..views.generation import generation_panel
-        display(generation_panel(result.input_ids, result.output, result.top_next, result.saved,
-                                 tokenizer or tokenizer_for(model), title))
+        from .provenance import footed
+        display(footed(generation_panel(result.input_ids, result.output, result.top_next, result.saved,
+                                        tokenizer or tokenizer_for(model), title), model, title))
     return None
 
 

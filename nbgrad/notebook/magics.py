@@ -15,6 +15,7 @@ from ..engine.run.cellstate import unsaved_names
 from .graph import show_graph
 from .magic_line import evaluate, split_expression, split_line
 from .over import dataset_options, over_arguments, trace_over_line
+from .provenance import footed
 
 
 def _cell_errors(magic):
@@ -126,7 +127,7 @@ class NbgradMagics(Magics):
         expression = line.strip()
         if not expression:
             raise UsageError("usage: %show EXPR (a tensor, or a dict / list of tensors)")
-        display(api.show(self._evaluate(expression, "EXPR"), name=expression))
+        display(footed(api.show(self._evaluate(expression, "EXPR"), name=expression), None, f"%show {expression}"))
 
     @line_magic
     def gradflow(self, line):
@@ -136,7 +137,7 @@ class NbgradMagics(Magics):
         name = line.strip()
         if not name:
             raise UsageError("usage: %gradflow MODEL (after a backward pass: its per-layer gradient norms)")
-        display(GradFlow(self._model(name), name))
+        display(footed(GradFlow(self._model(name), name), self._model(name), f"%gradflow {name}"))
 
     @line_magic
     def gradgraph(self, line):
@@ -151,7 +152,8 @@ class NbgradMagics(Magics):
         value = self._evaluate(expression, "EXPR")
         if not isinstance(value, torch.Tensor):
             raise NbgradError(f"%gradgraph needs a tensor; `{expression}` is {a_or_an(type(value).__name__)}")
-        display(GradGraph(value, tensor_names(self.shell.user_ns), expression))
+        view = GradGraph(value, tensor_names(self.shell.user_ns), expression)
+        display(footed(view, None, f"%gradgraph {expression}"))
 
     @magic_arguments()
     @argument("model", help="name of a torch.nn.Module in the notebook's namespace")
@@ -209,9 +211,9 @@ class NbgradMagics(Magics):
         tokenizer = tokenizer_for(model) if model is not None else None
         result, caches = split_caches(result, tokenizer)
         if result.saved or result.leaf_grads:
-            display(panel_for_result(result, tokenizer, title))
+            display(footed(panel_for_result(result, tokenizer, title), model, title))
         for panel in caches:
-            display(panel)
+            display(footed(panel, model, title))
 
 
 def split_caches(result, tokenizer=None) -> tuple:

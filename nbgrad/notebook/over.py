@@ -52,10 +52,10 @@ def trace_over_line(magics, model, model_name: str, input_text, args, cell: str,
     if not args.quiet and result.saved:
         names = ", ".join(f"{name} ({len(values)} values)" for name, values in result.saved.items())
         print(f"nbgrad: saved, one value per example: {names}" + (f"; in {out}" if out else ""))
-        _display(result.saved, f"%%trace {model_name} --over {args.over}", tokenizer)
+        _display(result.saved, f"%%trace {model_name} --over {args.over}", tokenizer, model)
 
 
-def _display(saved: dict, title: str, tokenizer) -> None:
+def _display(saved: dict, title: str, tokenizer, model=None) -> None:
     """The values as a panel, examples stacked (views/dataset.py); a Cache name shows its first example's cache."""
     from IPython.display import display
     from ..engine.run.cache import Cache
@@ -63,7 +63,9 @@ def _display(saved: dict, title: str, tokenizer) -> None:
     from ..views.dataset import dataset_panel
     caches = [name for name, values in saved.items() if len(values) and isinstance(values[0], Cache)]
     panel = dataset_panel(saved, title, tokenizer, skip=caches)
+    from .provenance import footed
     if panel is not None:
-        display(panel)
+        display(footed(panel, model, title))
     for name in caches:
-        display(CachePanel(saved[name][0].summary(), title=f"{name}[0], the first example's (of {len(saved[name])})"))
+        display(footed(CachePanel(saved[name][0].summary(), title=f"{name}[0], the first example's "
+                                  f"(of {len(saved[name])})"), model, title))

@@ -286,6 +286,7 @@ export function renderPanel(root, payload) {
   if (groups.length > 1) panel.appendChild(tabs);
   panel.appendChild(body);
   if (groups.length) select(0);
+  if (payload.footer) panel.appendChild(el("div", "nbg-footer", payload.footer));   // views/footer.py
   root.appendChild(panel);
 }
 

@@ -75,3 +75,17 @@ def test_a_dataset_runs_panel_has_a_row_per_example(page, default_model):
     assert canvas.evaluate("c => c.width > 0 && c.height > 0")
     page.set_viewport_size({"width": 1000, "height": 700})
     screenshot(page, "panel-dataset-run")
+
+
+def test_the_live_panel_draws_its_footer(page, shell, default_model):
+    from IPython.utils.capture import capture_output
+    from nbgrad.views.panel import MIME_TYPE
+    shell.user_ns.update(fm=default_model)
+    with capture_output() as captured:
+        shell.run_cell('%%trace fm "Hello World"\nh = fm.transformer.h[0].output.save()').raise_error()
+    payload = captured.outputs[0].data[MIME_TYPE]
+    _render(page, json.loads(json.dumps(payload)))
+    footer = page.locator(".nbgrad-panel .nbg-footer")
+    assert footer.inner_text() == payload["footer"]
+    assert f"torch {torch.__version__}" in payload["footer"] and payload["footer"].endswith('%%trace fm "Hello World"')
+    assert footer.evaluate("node => !node.nextElementSibling")         # last, under the tabs' body
