@@ -1,6 +1,8 @@
 """`nbgrad.trace` and `nbgrad.backward`: the engine behind the magics, for scripts and tests."""
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 
@@ -19,6 +21,8 @@ from .models.batching import batch_invokes
 from .models.cell import default_namespace, invoke_inputs, model_to_trace
 from .models.inputs import call_arguments, input_ids_of
 from .models.loading import remember
+from .names import canonical_source, mentions_canonical
+from .names.rewrite import eager_attention, needs_eager
 from .views.cache import CachePanel
 
 Cache.panel = CachePanel      # a Cache shown on its own draws its panel (the engine imports no view)
@@ -37,9 +41,11 @@ dataset_runner: list = []
 def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *, no_grad: bool = False,
           tokenizer=None, graph: bool = False, quiet: bool = True, over=None, batch_size: int = 8, out=None,
           engine: str = "local", workers: int | None = None, column: str | None = None,
-          model_factory=None, progress: bool = True) -> Result:
+          model_factory=None, progress: bool = True, _aliased: bool = False) -> Result:
     """Run `source` (the body of a `%%trace` cell) on `model` called with `input` (None when the source
     holds `with invoke(INPUT):` blocks); with `over=DATASET`, once per example (`nbgrad.datasets`)."""
+    if not _aliased and mentions_canonical(source):      # canonical names (nbgrad/names): the model's own paths
+        return _canonical_trace(model, input, source, namespace, **_options(locals()))
     if over is not None:
         return dataset_runner[0](model, input, source, namespace, over=over, batch_size=batch_size, out=out,
                                  engine=engine, workers=workers, column=column, model_factory=model_factory,
@@ -72,6 +78,20 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
     result.input_ids = ids
     result.invokes = values
     return result
+
+
+def _options(arguments: dict) -> dict:
+    return {name: value for name, value in arguments.items()
+            if name not in ("model", "input", "source", "namespace", "_aliased")}
+
+
+def _canonical_trace(model, input, source: str, namespace, **options) -> Result:
+    """`trace` of the cell rewritten into the model's own paths; a cell that reads attention patterns runs
+    with the eager attention function, given back afterwards."""
+    rewritten = canonical_source(source, model, namespace)
+    eager = needs_eager(source, model, namespace) and not options["graph"]
+    with eager_attention(model) if eager else contextlib.nullcontext():
+        return trace(model, input, rewritten, namespace, **options, _aliased=True)
 
 
 def _prepared(program, model, input, tokenizer, namespace: dict) -> tuple:
