@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from .names import canonical_source
 from . import models
 from .engine.compile.helpers import compile_with_helpers
 from .engine.run.moduletree import compiled_inner
@@ -46,6 +47,7 @@ def generate(model: nn.Module, input, source: str, namespace: dict | None = None
              sample: bool = False, out: str | None = None, kwargs: dict | None = None, tokenizer=None,
              graph: bool = False, quiet: bool = True) -> GenerationResult:
     """Run `source` (the body of a `%%generate` cell) at every forward call of `model.generate(input)`."""
+    source = canonical_source(source, model, namespace)      # canonical names: the model's own paths (nbgrad/names)
     program = compile_with_helpers(source, "trace", namespace)
     if graph:
         return GenerationResult(saved={}, graph=program.graph)

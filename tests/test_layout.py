@@ -125,7 +125,7 @@ ALLOWED = {
     "models": {"models", "engine", "errors"},
     "views": {"views"},
     "api": {"api", "engine", "errors", "models", "names", "views", ""},
-    "generation": {"generation", "engine", "errors", "models", ""},
+    "generation": {"generation", "engine", "errors", "models", "names", ""},
     "attribution": {"attribution", "engine", "errors", "models", "views"},
     "datasets": {"datasets", "api", "engine", "errors", "models"},
     "notebook": {"notebook", "api", "generation", "attribution", "datasets", "engine", "errors", "models",

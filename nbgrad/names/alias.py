@@ -108,11 +108,25 @@ class Rewrite:
         return edits
 
     # -- statements whose target is a view of an event ----------------------------------------------------------
+    def _copy_before_edit(self, node: ast.stmt) -> list:
+        """An in-place edit of a pattern edits a copy put in its place: softmax keeps its output for the
+        backward pass, which an edit of the output itself would break."""
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else \
+            node.target if isinstance(node, ast.AugAssign) else None
+        while isinstance(target, ast.Subscript):
+            target = target.value
+        canon = self.resolve(target) if isinstance(target, ast.Attribute) else None
+        if canon is None or not canon.eager or target is (node.targets[0] if isinstance(node, ast.Assign) else None):
+            return []
+        start = self._offset(node.lineno, node.col_offset)
+        return [(start, start, f"{canon.text} = {canon.text}.clone(); ")]
+
     def _statement_edits(self, tree: ast.AST, skip: set) -> list:
         """Assignments to a view (`attn.z = v` writes `o_proj.input = v.flatten(-2)`) and in-place writes; the
         nodes they rewrite whole go into `skip`."""
         edits = []
         for node in ast.walk(tree):
+            edits += self._copy_before_edit(node) if isinstance(node, (ast.Assign, ast.AugAssign)) else []
             target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else \
                 node.target if isinstance(node, ast.AugAssign) else None
             canon = self.resolve(target) if isinstance(target, ast.Attribute) else None
