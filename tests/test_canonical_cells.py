@@ -143,3 +143,16 @@ def test_an_unknown_family_names_itself_and_how_to_register_then_registering_wor
         handle.remove()
     torch.testing.assert_close(namespace["y"].detach(), seen[0])
     assert namespace["out"].shape == (1, 4)
+
+
+def test_the_names_magic_prints_each_canonical_name_beside_its_real_path(shell):
+    from IPython.utils.capture import capture_output
+    shell.user_ns["llama"] = build("llama")
+    with capture_output() as printed:
+        assert shell.run_cell("%names llama").success
+    lines = printed.stdout.splitlines()
+    assert lines[0] == "llama: LlamaForCausalLM, family 'llama', 2 layers"
+    assert any(line.split() == ["llama.layers[i].resid_mid", "llama.model.layers[i].post_attention_layernorm.input"]
+               for line in lines)
+    assert any(line.split()[0] == "llama.pos_embed" and "no learned positions" in line for line in lines)
+    assert "%names MODEL: give a model" in str(shell.run_cell("%names").error_in_exec)
