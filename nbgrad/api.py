@@ -1,8 +1,6 @@
 """`nbgrad.trace` and `nbgrad.backward`: the engine behind the magics, for scripts and tests."""
 from __future__ import annotations
 
-import contextlib
-
 import torch
 from torch import nn
 
@@ -21,8 +19,8 @@ from .models.batching import batch_invokes
 from .models.cell import default_namespace, invoke_inputs, model_to_trace
 from .models.inputs import call_arguments, input_ids_of
 from .models.loading import remember
-from .names import canonical_source, mentions_canonical
-from .names.rewrite import eager_attention, needs_eager
+from .names import mentions_canonical, rewrite_of
+from .names.rewrite import eager_attention
 from .views.cache import CachePanel
 
 Cache.panel = CachePanel      # a Cache shown on its own draws its panel (the engine imports no view)
@@ -88,10 +86,11 @@ def _options(arguments: dict) -> dict:
 def _canonical_trace(model, input, source: str, namespace, **options) -> Result:
     """`trace` of the cell rewritten into the model's own paths; a cell that reads attention patterns runs
     with the eager attention function, given back afterwards."""
-    rewritten = canonical_source(source, model, namespace)
-    eager = needs_eager(source, model, namespace) and not options["graph"]
-    with eager_attention(model) if eager else contextlib.nullcontext():
-        return trace(model, input, rewritten, namespace, **options, _aliased=True)
+    rewrite = rewrite_of(source, model, namespace)
+    if not rewrite.eager or options["graph"]:
+        return trace(model, input, rewrite.text, namespace, **options, _aliased=True)
+    with eager_attention(model):
+        return trace(model, input, rewrite.text, namespace, **options, _aliased=True)
 
 
 def _prepared(program, model, input, tokenizer, namespace: dict) -> tuple:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .detect import register
 from .families import FAMILIES
-from .rewrite import canonical_source, mentions_canonical, needs_eager
+from .rewrite import canonical_source, mentions_canonical, rewrite_of
 from .listing import listing
 
-__all__ = ["FAMILIES", "register", "canonical_source", "mentions_canonical", "needs_eager", "listing"]
+__all__ = ["FAMILIES", "register", "canonical_source", "mentions_canonical", "rewrite_of", "listing"]

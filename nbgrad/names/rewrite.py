@@ -24,20 +24,16 @@ mentions_canonical = _ROOT_ATTRIBUTE.search
 
 def canonical_source(source: str, model, namespace: dict | None) -> str:
     """`source` with its canonical names rewritten into `model`'s own paths (the same text if it has none)."""
-    if not isinstance(model, nn.Module) or not mentions_canonical(source):
-        return source
-    roots = tuple(sorted(name for name, value in (namespace or {"model": model}).items() if value is model))
-    if not roots:
-        return source
-    return _rewritten(source, roots, model).text
+    return rewrite_of(source, model, namespace).text
 
 
-def needs_eager(source: str, model, namespace: dict | None) -> bool:
-    """Whether the cell reads attention patterns (which need the eager attention function)."""
+def rewrite_of(source: str, model, namespace: dict | None):
+    """The cell's rewrite for `model`: `.text` (the cell in the model's own paths) and `.eager` (whether it reads
+    attention patterns, which need the eager attention function)."""
     if not isinstance(model, nn.Module) or not mentions_canonical(source):
-        return False
+        return _Unchanged(source)
     roots = tuple(sorted(name for name, value in (namespace or {"model": model}).items() if value is model))
-    return bool(roots) and _rewritten(source, roots, model).eager
+    return _rewritten(source, roots, model) if roots else _Unchanged(source)
 
 
 def _rewritten(source: str, roots: tuple, model: nn.Module):
