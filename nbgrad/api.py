@@ -1,6 +1,8 @@
 """`nbgrad.trace` and `nbgrad.backward`: the engine behind the magics, for scripts and tests."""
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 
@@ -20,7 +22,7 @@ from .models.cell import default_namespace, invoke_inputs, model_to_trace
 from .models.inputs import call_arguments, input_ids_of
 from .models.loading import remember
 from .names import mentions_canonical, rewrite_of
-from .names.rewrite import eager_attention
+from .names.rewrite import eager_attention, wrap_caches
 from .views.cache import CachePanel
 
 Cache.panel = CachePanel      # a Cache shown on its own draws its panel (the engine imports no view)
@@ -86,11 +88,12 @@ def _options(arguments: dict) -> dict:
 def _canonical_trace(model, input, source: str, namespace, **options) -> Result:
     """`trace` of the cell rewritten into the model's own paths; a cell that reads attention patterns runs
     with the eager attention function, given back afterwards."""
+    namespace = default_namespace(namespace, model)
     rewrite = rewrite_of(source, model, namespace)
-    if not rewrite.eager or options["graph"]:
-        return trace(model, input, rewrite.text, namespace, **options, _aliased=True)
-    with eager_attention(model):
-        return trace(model, input, rewrite.text, namespace, **options, _aliased=True)
+    with eager_attention(model) if rewrite.eager and not options["graph"] else contextlib.nullcontext():
+        result = trace(model, input, rewrite.text, namespace, **options, _aliased=True)
+    wrap_caches(rewrite, model, namespace)
+    return result
 
 
 def _prepared(program, model, input, tokenizer, namespace: dict) -> tuple:
@@ -133,10 +136,13 @@ _CACHE_CELL = "nbgrad_cache = cache(nbgrad_modules, grads=nbgrad_grads, device=n
 
 
 def run_with_cache(model: nn.Module, input, modules="*", *, grads: bool = False, loss=None, device=None,
-                   dtype=None) -> tuple:
+                   dtype=None, names: str | None = None) -> tuple:
     """`(output, Cache)`: one run of `model` on `input` with every module matching `modules` cached (see
     `cache(...)`). With `grads=True`, `loss(output)` is the scalar backpropagated; the Cache holds the
-    gradient into each cached output, and parameters' `.grad` accumulate as in PyTorch."""
+    gradient into each cached output, and parameters' `.grad` accumulate as in PyTorch. With
+    `names="canonical"`, a `CanonicalCache` of every canonical value whose key matches `modules`."""
+    if names is not None:
+        return _canonical_run_with_cache(model, input, modules, names, grads=grads, device=device, dtype=dtype)
     if grads and not callable(loss):
         raise NbgradError("run_with_cache(..., grads=True) needs loss=: a function of the model's output that "
                           "returns the scalar to backpropagate (e.g. `lambda out: out.logits[0, -1].max()`)")
@@ -147,6 +153,16 @@ def run_with_cache(model: nn.Module, input, modules="*", *, grads: bool = False,
         trace(model, input, source, namespace)
     except NbgradError as error:      # said of the call: the lines of the cell it runs are not the user's
         raise _without_line(error) from error.__cause__
+    return namespace["nbgrad_output"], namespace["nbgrad_cache"]
+
+
+def _canonical_run_with_cache(model, input, pattern, names, **options) -> tuple:
+    if names != "canonical" or any(options.values()) or not isinstance(pattern, str):
+        raise NbgradError('run_with_cache(..., names="canonical") takes a pattern of canonical keys '
+                          '("layers.*.resid_post") and no grads, device or dtype; names= is "canonical" or None')
+    namespace = {"model": model, "nbgrad_cache": None}
+    trace(model, input, f"nbgrad_cache = cache({pattern!r}, names='canonical')\n"
+                        "nbgrad_output = model.output.save()", namespace)
     return namespace["nbgrad_output"], namespace["nbgrad_cache"]
 
 

@@ -8,7 +8,8 @@ flag that says so); `attn_out` / `mlp_out` are the output projections (their inp
 inputs are q, k, v after rotary; inside it, `pattern` is a site's output), None where the family computes
 attention its own way. `attn_add` / `mlp_add` are the modules whose outputs the block adds to the stream
 (`decompose_resid`); `resid_post` is the event of a block that holds the stream it returns, where the block
-returns a tuple (`output[0]`; `output` by default). A missing key or None: the family has no such thing.
+returns a tuple (`output[0]`; `output` by default). Falcon has no `mlp_add`: its block adds attention into the
+MLP's output in place, so that output is not the MLP's own by the time anyone reads it. A missing key or None: the family has no such thing.
 """
 from __future__ import annotations
 
@@ -51,8 +52,7 @@ FAMILIES: dict[str, dict] = {
     "falcon": dict(resid_post="output[0]", embed="transformer.word_embeddings", layers="transformer.h", ln_final="transformer.ln_f",
                    unembed="lm_head", ln1="input_layernorm", attn="self_attention", mlp="mlp",
                    parallel="parallel_attn", ln2="post_attention_layernorm", resid_mid="post_attention_layernorm",
-                   attn_out="self_attention.dense", mlp_out="mlp.dense_4h_to_h", attn_add="self_attention",
-                   mlp_add="mlp"),
+                   attn_out="self_attention.dense", mlp_out="mlp.dense_4h_to_h", attn_add="self_attention"),
     "llama": _LLAMA,
     "mistral": _LLAMA,
     "qwen2": _LLAMA,

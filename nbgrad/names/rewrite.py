@@ -13,12 +13,13 @@ from functools import lru_cache
 from torch import nn
 
 from .alias import Rewrite
+from .cache import CanonicalCache
 from .detect import ModelFacts, family_of, registered, unknown_family
 from .vocabulary import ROOT_NAMES, Vocabulary
 
 # `NAME.embed`, `NAME.layers`, ...: every canonical expression starts with a name bound to the model (not
 # `model.output.logits`, `model.model.layers`: an attribute of an attribute is the model's own path)
-_ROOT_ATTRIBUTE = re.compile(r"(?<![\w.])[A-Za-z_]\w*\s*\.\s*(?:%s)\b" % "|".join(ROOT_NAMES))
+_ROOT_ATTRIBUTE = re.compile(r"(?<![\w.])[A-Za-z_]\w*\s*\.\s*(?:%s)\b|names\s*=\s*[\"']canonical" % "|".join(ROOT_NAMES))
 mentions_canonical = _ROOT_ATTRIBUTE.search
 
 
@@ -63,7 +64,18 @@ def _unknown(source: str, roots: tuple, model: nn.Module):
 
 class _Unchanged:
     def __init__(self, source: str):
-        self.text, self.eager = source, False
+        self.text, self.eager, self.caches = source, False, set()
+
+
+def wrap_caches(rewrite, model, namespace: dict) -> None:
+    """After the run: each name bound to `cache(names="canonical")` holds a CanonicalCache."""
+    if not rewrite.caches:
+        return
+    facts = rewrite.vocabulary.facts
+    ln_final = facts.module(facts.root_path("ln_final"))
+    for name in rewrite.caches:
+        if isinstance(namespace.get(name), dict):
+            namespace[name] = CanonicalCache(namespace[name], facts.n_layers, ln_final)
 
 
 @contextlib.contextmanager

@@ -9,7 +9,7 @@ from ..errors import NbgradError
 from .detect import ModelFacts
 
 ROOT_NAMES = ("embed", "pos_embed", "layers", "n_layers", "ln_final", "unembed", "logits")
-BLOCK_NAMES = ("ln1", "attn", "ln2", "mlp", "resid_pre", "resid_mid", "resid_post")
+BLOCK_NAMES = ("ln1", "attn", "ln2", "mlp", "resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
 ATTN_NAMES = ("q", "k", "v", "pattern", "z", "head_out")
 MLP_NAMES = ("post",)
 EVENT_WORDS = {"output", "input", "inputs", "grad", "source", "skip", "save"}
@@ -81,6 +81,12 @@ class Vocabulary:
                                      "no point between them", line)
         if attr == "resid_mid":
             return value(f"{text}.{entry['resid_mid']}.input")
+        if attr in ("attn_out", "mlp_out"):         # what attention / the MLP adds to the stream
+            module = entry.get(attr.replace("out", "add"))
+            if module is None:
+                raise self.lacking(attr, "its block adds no separate output to the stream", line)
+            returns_pair = attr == "attn_out" and module == entry.get("attn")
+            return value(f"{text}.{module}.output" + ("[0]" if returns_pair else ""))
         path = entry.get(attr)
         kind = attr if attr in ("attn", "mlp") else "module"
         if path is None and attr == "mlp":
