@@ -156,3 +156,24 @@ def test_the_names_magic_prints_each_canonical_name_beside_its_real_path(shell):
                for line in lines)
     assert any(line.split()[0] == "llama.pos_embed" and "no learned positions" in line for line in lines)
     assert "%names MODEL: give a model" in str(shell.run_cell("%names").error_in_exec)
+
+
+def test_the_trace_magic_takes_canonical_names_with_and_without_over(shell):
+    model = build("llama")
+    shell.user_ns.update(tiny_llama=model, ids=IDS, examples=[IDS, torch.tensor([[1, 2, 3, 4, 5, 6]])])
+    result = shell.run_cell("%%trace tiny_llama ids -q\nh = tiny_llama.layers[1].resid_mid.save()")
+    assert result.success, result.error_in_exec
+    torch.testing.assert_close(shell.user_ns["h"].detach(), _block_input(model, IDS))
+    result = shell.run_cell("%%trace tiny_llama --over examples --batch-size 2\n"
+                            "p = tiny_llama.layers[0].attn.pattern.save()")
+    assert result.success, result.error_in_exec
+    assert [tuple(p.shape) for p in shell.user_ns["p"]] == [(1, 2, 6, 6)] * 2
+    assert model.config._attn_implementation == "sdpa"
+
+
+def _block_input(model, ids):
+    seen = []
+    with torch.no_grad():
+        hooked_run(model, pre={"model.layers.1.post_attention_layernorm":
+                               lambda m, a, k: seen.append(a[0].clone()) and None}, ids=ids)
+    return seen[0]

@@ -127,7 +127,7 @@ ALLOWED = {
     "api": {"api", "engine", "errors", "models", "names", "views", ""},
     "generation": {"generation", "engine", "errors", "models", "names", ""},
     "attribution": {"attribution", "engine", "errors", "models", "views"},
-    "datasets": {"datasets", "api", "engine", "errors", "models"},
+    "datasets": {"datasets", "api", "engine", "errors", "models", "names"},
     "notebook": {"notebook", "api", "generation", "attribution", "datasets", "engine", "errors", "models",
                  "names", "views", ""},
 }
