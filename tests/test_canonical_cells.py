@@ -177,3 +177,23 @@ def _block_input(model, ids):
         hooked_run(model, pre={"model.layers.1.post_attention_layernorm":
                                lambda m, a, k: seen.append(a[0].clone()) and None}, ids=ids)
     return seen[0]
+
+
+def test_a_cell_without_canonical_names_is_left_as_it_is():
+    from nbgrad.names import canonical_source, mentions_canonical
+    for family, cell in (("gpt2", "h = model.transformer.h[0].output.save()\nl = model.output.logits.save()"),
+                         ("llama", "h = model.model.layers[0].output.save()")):
+        model = build(family)
+        assert not mentions_canonical(cell)
+        assert canonical_source(cell, model, {"model": model}) is cell
+
+
+def test_after_an_error_the_eager_switch_and_hooks_are_given_back():
+    model = build("qwen3")
+    with pytest.raises(ZeroDivisionError):
+        nbgrad.trace(model, IDS, "p = model.layers[0].attn.pattern.save()\nx = 1 / 0", {"model": model})
+    assert model.config._attn_implementation == "sdpa"
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+    namespace = {"model": model}
+    nbgrad.trace(model, IDS, "h = model.layers[1].resid_post.save()", namespace, no_grad=True)
+    torch.testing.assert_close(namespace["h"], _block_output(model, IDS, "model.layers.1"))

@@ -131,3 +131,26 @@ def test_gradients_and_their_edits_equal_register_hook(family):
     for name in ("g_post", "g_pre", "g_embed"):
         torch.testing.assert_close(namespace[name], seen[name], msg=name)
     torch.testing.assert_close(namespace["g_z"], seen["g_z"].unflatten(-1, (2, -1)))
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "qwen3", "gpt_neox", "phi3"])
+def test_gradients_of_q_and_pattern_equal_hooks_in_the_family_attention_function(family):
+    model = build(family)
+    namespace = {"model": model}
+    nbgrad.trace(model, IDS, "with model.logits[0, -1].sum().backward():\n"
+                             "    gq = model.layers[1].attn.q.grad.save()\n"
+                             "    gp = model.layers[1].attn.pattern.grad.save()", namespace)
+    seen, calls = {}, []
+
+    class Hooking(AttentionProbe):
+        def __call__(self, module, query, key, value, *args, **kwargs):
+            calls.append(module)
+            output, pattern = self.eager(module, query, key, value, *args, **kwargs)
+            if len(calls) == 2:
+                query.register_hook(lambda grad: seen.__setitem__("gq", grad))
+                pattern.register_hook(lambda grad: seen.__setitem__("gp", grad))
+            return output, pattern
+    model.zero_grad()
+    Hooking(model).run().logits[0, -1].sum().backward()
+    torch.testing.assert_close(namespace["gq"], seen["gq"])
+    torch.testing.assert_close(namespace["gp"], seen["gp"])
