@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .names import canonical_source
 from . import models
 from .engine.compile.helpers import compile_with_helpers
 from .engine.run.moduletree import compiled_inner
@@ -28,6 +27,8 @@ from .errors.naming import a_or_an
 from .models.batching import batch_invokes
 from .models.cell import default_namespace, invoke_inputs
 from .models.inputs import INPUT_HELP, call_arguments, input_ids_of
+from .names import rewrite_of
+from .names.rewrite import eager_attention
 
 STEP_NAME = "step"
 TOP_K = 5
@@ -47,8 +48,9 @@ def generate(model: nn.Module, input, source: str, namespace: dict | None = None
              sample: bool = False, out: str | None = None, kwargs: dict | None = None, tokenizer=None,
              graph: bool = False, quiet: bool = True) -> GenerationResult:
     """Run `source` (the body of a `%%generate` cell) at every forward call of `model.generate(input)`."""
-    source = canonical_source(source, model, namespace)      # canonical names: the model's own paths (nbgrad/names)
-    program = compile_with_helpers(source, "trace", namespace)
+    if (rewrite := rewrite_of(source, model, namespace)).eager and not graph:     # canonical names (nbgrad/names)
+        return _eagerly(model, {**locals(), "source": rewrite.text})
+    program = compile_with_helpers(rewrite.text, "trace", namespace)
     if graph:
         return GenerationResult(saved={}, graph=program.graph)
     namespace = default_namespace(namespace, model)
@@ -223,6 +225,14 @@ def _at_step(error: BaseException, step: int) -> None:
         error.args = (f"line {error.line}: {error.detail}" if error.line else error.detail,) + error.args[1:]
     elif isinstance(error, Exception):
         error.add_note(f"nbgrad: raised at generation step {step}")
+
+
+def _eagerly(model, arguments: dict) -> GenerationResult:
+    """`generate` of a cell rewritten from canonical names that reads attention patterns: with the eager
+    attention function, given back afterwards."""
+    arguments.pop("rewrite")
+    with eager_attention(model):
+        return generate(**arguments)
 
 
 def _pad_token(model: nn.Module, tokenizer) -> dict:

@@ -197,3 +197,11 @@ def test_after_an_error_the_eager_switch_and_hooks_are_given_back():
     namespace = {"model": model}
     nbgrad.trace(model, IDS, "h = model.layers[1].resid_post.save()", namespace, no_grad=True)
     torch.testing.assert_close(namespace["h"], _block_output(model, IDS, "model.layers.1"))
+
+
+def test_generate_reads_patterns_with_eager_attention_and_gives_the_switch_back():
+    model = build("llama")
+    result = nbgrad.generate(model, IDS, "p = model.layers[0].attn.pattern[:, :, -1].save()", max_new_tokens=2)
+    assert [tuple(p.shape) for p in result.saved["p"]] == [(1, 2, 6), (1, 2, 7)]
+    assert all(torch.allclose(p.sum(-1), torch.ones(1, 2)) for p in result.saved["p"])
+    assert model.config._attn_implementation == "sdpa"
