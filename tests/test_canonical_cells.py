@@ -205,3 +205,14 @@ def test_generate_reads_patterns_with_eager_attention_and_gives_the_switch_back(
     assert [tuple(p.shape) for p in result.saved["p"]] == [(1, 2, 6), (1, 2, 7)]
     assert all(torch.allclose(p.sum(-1), torch.ones(1, 2)) for p in result.saved["p"])
     assert model.config._attn_implementation == "sdpa"
+
+
+def test_a_name_bound_to_a_block_and_enumerate_over_the_layers_take_canonical_names():
+    model = build("gpt_neox")
+    namespace = {"model": model}
+    nbgrad.trace(model, IDS, "block = model.layers[1]\nh = block.resid_post.save()\n"
+                             "outs = {i: b.resid_post.save() for i, b in enumerate(reversed(model.layers))}",
+                 namespace, no_grad=True)
+    want = _block_output(model, IDS, "gpt_neox.layers.1")
+    torch.testing.assert_close(namespace["h"], want)
+    torch.testing.assert_close(namespace["outs"][0], want)

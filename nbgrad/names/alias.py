@@ -54,11 +54,15 @@ class Rewrite:
         return None
 
     def _find_block_names(self, tree: ast.AST) -> None:
-        """Loop variables over `model.layers` (also through `reversed`, `enumerate`) stand for blocks."""
+        """Loop variables over `model.layers` (also through `reversed`, `enumerate`) and names bound to one
+        `model.layers[i]` stand for blocks."""
         for node in ast.walk(tree):
             pairs = [(node.target, node.iter)] if isinstance(node, (ast.For, ast.comprehension)) else []
             for target, iterable in pairs:
                 self._bind_loop(target, iterable)
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                    and isinstance(node.value, ast.Subscript) and getattr(self.resolve(node.value), "kind", "") == "block":
+                self.blocks.add(node.targets[0].id)            # `block = model.layers[3]`
 
     def _bind_loop(self, target: ast.expr, iterable: ast.expr) -> None:
         numbered = False
