@@ -1,6 +1,6 @@
 """What a canonical name costs: the same read written with canonical names and with the model's own path, run
 in pairs on the same model and ids (each first in every other pair); the ratio is median(canonical) /
-median(real path). A canonical cell is rewritten once and cached, so a run costs one regular-expression
+median(real path), beside the median of the per-pair differences (less sensitive to a busy machine). A canonical cell is rewritten once and cached, so a run costs one regular-expression
 search and one dictionary look-up more. Run: `python bench/canonical.py [--runs N]`.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _timed(model, ids, cell) -> float:
     return time.perf_counter() - start
 
 
-def compare(model, ids, canonical: str, real: str, runs: int) -> float:
+def compare(model, ids, canonical: str, real: str, runs: int) -> tuple:
     for cell in (canonical, real):          # compile both once: the cache is what a notebook sees on a rerun
         _timed(model, ids, cell)
     times = {canonical: [], real: []}
@@ -37,7 +37,9 @@ def compare(model, ids, canonical: str, real: str, runs: int) -> float:
         order = (canonical, real) if index % 2 else (real, canonical)
         for cell in order:
             times[cell].append(_timed(model, ids, cell))
-    return statistics.median(times[canonical]) / statistics.median(times[real])
+    ratio = statistics.median(times[canonical]) / statistics.median(times[real])
+    difference = statistics.median(a - b for a, b in zip(times[canonical], times[real]))
+    return ratio, difference
 
 
 def main() -> None:
@@ -49,7 +51,8 @@ def main() -> None:
     ids = torch.tensor([[46, 412, 73, 282, 9, 114, 5, 28]])
     print(f"canonical read / the same read on the real path, median of {runs} runs each (embedded GPT-2)")
     for name, (canonical, real) in PAIRS.items():
-        print(f"  {name:<32} {compare(model, ids, canonical, real, runs):.3f}x")
+        ratio, difference = compare(model, ids, canonical, real, runs)
+        print(f"  {name:<32} {ratio:.3f}x   median per-pair difference {difference * 1e6:+.0f} us")
     print(f"the rewrite itself, cached (what a canonical cell adds): {alias_cost(model, PAIRS) * 1e6:.1f} us; "
           f"a one-read cell on the real path: {_one_read(model, ids, runs) * 1e6:.0f} us")
 
