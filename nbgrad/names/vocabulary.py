@@ -90,7 +90,7 @@ class Vocabulary:
         path = entry.get(attr)
         kind = attr if attr in ("attn", "mlp") else "module"
         if path is None and attr == "mlp":
-            return Canon(text, "mlp", block=text, lacks=f"an MLP module (its MLP layers sit in the block itself)")
+            return Canon(text, "mlp", block=text, lacks="MLP module (its MLP layers sit in the block itself)")
         if path is None:
             raise self.lacking(attr, "not in its entry of nbgrad.names.FAMILIES", line)
         return Canon(f"{text}.{path}", kind, block=text)
