@@ -1,6 +1,7 @@
 """What a canonical name costs: the same read written with canonical names and with the model's own path, run
 in pairs on the same model and ids (each first in every other pair); the ratio is median(canonical) /
-median(real path), beside the median of the per-pair differences (less sensitive to a busy machine). A canonical cell is rewritten once and cached, so a run costs one regular-expression
+median(real path), beside the median of the per-pair differences (less sensitive to a busy machine). A
+canonical cell is rewritten once and cached, so a run costs one regular-expression
 search and one dictionary look-up more. Run: `python bench/canonical.py [--runs N]`.
 """
 from __future__ import annotations

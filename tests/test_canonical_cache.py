@@ -36,7 +36,8 @@ def test_a_canonical_cache_in_a_cell_is_keyed_by_canonical_names_and_stacks_the_
     stream = cache.accumulated_resid()
     assert stream.shape == (3, 1, 6, 16)
     torch.testing.assert_close(stream[1], cache["layers.1.resid_pre"])
-    torch.testing.assert_close(cache.accumulated_resid(apply_ln=True)[2], model.model.norm(cache["layers.1.resid_post"]))
+    torch.testing.assert_close(cache.accumulated_resid(apply_ln=True)[2],
+                               model.model.norm(cache["layers.1.resid_post"]))
     heads = cache.head_outputs()
     assert heads.shape == (2, 1, 6, 2, 16)
     torch.testing.assert_close(heads[1].sum(2), cache["layers.1.attn_out"])      # Llama's o_proj has no bias

@@ -99,7 +99,8 @@ def test_cache_takes_canonical_modules():
     ("x = model.layers[0].attn.patern.save()", "llama", ["nearest: pattern"]),
     ("x = model.layers[0].attn.q.save()", "bloom", ["bloom family has no attn.q", "its own way"]),
     ("model.layers[0].attn.head_out = 0", "gpt2", ["computed from attn.z", "write attn.z instead"]),
-    ("x = model.layers[0].mlp.output.save()", "opt", ["opt family has no MLP module (its MLP layers sit in the block itself)"]),
+    ("x = model.layers[0].mlp.output.save()", "opt",
+     ["opt family has no MLP module (its MLP layers sit in the block itself)"]),
 ])
 def test_errors_say_what_the_family_lacks_or_what_was_meant(cell, family, words):
     model = build(family)

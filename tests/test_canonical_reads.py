@@ -45,7 +45,8 @@ def _paths(model):
 def _oracle(model):
     entry, blocks = _paths(model)
     seen = {"pre": [], "post": []}
-    pre = {block: (lambda m, a, k: seen["pre"].append((a[0] if a else k["hidden_states"]).detach())) for block in blocks}
+    pre = {block: (lambda m, a, k: seen["pre"].append((a[0] if a else k["hidden_states"]).detach()))
+           for block in blocks}
     pre[f"{blocks[1]}.{entry['mlp_out']}"] = lambda m, a, k: seen.__setitem__("mlp_post", a[0].detach())
     pre[f"{blocks[1]}.{entry['attn_out']}"] = lambda m, a, k: seen.__setitem__("z_flat", a[0].detach())
     if entry.get("resid_mid") and "mid" in _cell(model):

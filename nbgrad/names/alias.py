@@ -61,7 +61,8 @@ class Rewrite:
             for target, iterable in pairs:
                 self._bind_loop(target, iterable)
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                    and isinstance(node.value, ast.Subscript) and getattr(self.resolve(node.value), "kind", "") == "block":
+                    and isinstance(node.value, ast.Subscript) \
+                    and getattr(self.resolve(node.value), "kind", "") == "block":
                 self.blocks.add(node.targets[0].id)            # `block = model.layers[3]`
 
     def _bind_loop(self, target: ast.expr, iterable: ast.expr) -> None:
@@ -169,7 +170,8 @@ class Rewrite:
                 edits.append((start, end, f"{canon.text}[...]"))
             else:
                 skip.add(id(node.value))
-                edits.append((start, self._span(node.value)[1], f"{canon.base} = ({self.text_of(node.value)}){canon.inverse}"))
+                written = f"{canon.base} = ({self.text_of(node.value)}){canon.inverse}"
+                edits.append((start, self._span(node.value)[1], written))
         return edits
 
 
@@ -178,6 +180,7 @@ def _is_canonical_cache(node: ast.AST) -> bool:
     if not isinstance(node, ast.Call):
         return False
     func = node.func
-    named = isinstance(func, ast.Name) and func.id == "cache" or isinstance(func, ast.Attribute) and func.attr == "cache"
+    named = isinstance(func, ast.Name) and func.id == "cache" or \
+        isinstance(func, ast.Attribute) and func.attr == "cache"
     return named and any(k.arg == "names" and isinstance(k.value, ast.Constant) and k.value.value == "canonical"
                          for k in node.keywords)

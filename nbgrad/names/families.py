@@ -9,7 +9,8 @@ inputs are q, k, v after rotary; inside it, `pattern` is a site's output), None 
 attention its own way. `attn_add` / `mlp_add` are the modules whose outputs the block adds to the stream
 (`decompose_resid`); `resid_post` is the event of a block that holds the stream it returns, where the block
 returns a tuple (`output[0]`; `output` by default). Falcon has no `mlp_add`: its block adds attention into the
-MLP's output in place, so that output is not the MLP's own by the time anyone reads it. A missing key or None: the family has no such thing.
+MLP's output in place, so that output is not the MLP's own by the time anyone reads it. A missing key or None:
+the family has no such thing.
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ FAMILIES: dict[str, dict] = {
                  ln_final="transformer.ln_f", unembed="lm_head", ln1="ln_1", attn="attn", ln2="ln_2", mlp="mlp",
                  resid_mid="ln_2", attn_out="attn.c_proj", mlp_out="mlp.c_proj", attention="attention_interface_1",
                  pattern="nn_functional_softmax_0", attn_add="attn", mlp_add="mlp"),
-    "gpt_neo": dict(resid_post="output[0]", embed="transformer.wte", pos_embed="transformer.wpe", layers="transformer.h",
+    "gpt_neo": dict(resid_post="output[0]", embed="transformer.wte", pos_embed="transformer.wpe",
+                    layers="transformer.h",
                     ln_final="transformer.ln_f", unembed="lm_head", ln1="ln_1", attn="attn", ln2="ln_2", mlp="mlp",
                     resid_mid="ln_2", attn_out="attn.attention.out_proj", mlp_out="mlp.c_proj",
                     attn_add="attn", mlp_add="mlp"),
@@ -45,11 +47,13 @@ FAMILIES: dict[str, dict] = {
                 ln1="self_attn_layer_norm", attn="self_attn", ln2="final_layer_norm", resid_mid="final_layer_norm",
                 attn_out="self_attn.out_proj", mlp_out="fc2", attention="attention_interface_1",
                 pattern="nn_functional_softmax_0", attn_add="self_attn", mlp_add="fc2"),
-    "bloom": dict(resid_post="output[0]", embed="transformer.word_embeddings", layers="transformer.h", ln_final="transformer.ln_f",
+    "bloom": dict(resid_post="output[0]", embed="transformer.word_embeddings", layers="transformer.h",
+                  ln_final="transformer.ln_f",
                   unembed="lm_head", ln1="input_layernorm", attn="self_attention", ln2="post_attention_layernorm",
                   mlp="mlp", resid_mid="post_attention_layernorm", attn_out="self_attention.dense",
                   mlp_out="mlp.dense_4h_to_h"),
-    "falcon": dict(resid_post="output[0]", embed="transformer.word_embeddings", layers="transformer.h", ln_final="transformer.ln_f",
+    "falcon": dict(resid_post="output[0]", embed="transformer.word_embeddings", layers="transformer.h",
+                   ln_final="transformer.ln_f",
                    unembed="lm_head", ln1="input_layernorm", attn="self_attention", mlp="mlp",
                    parallel="parallel_attn", ln2="post_attention_layernorm", resid_mid="post_attention_layernorm",
                    attn_out="self_attention.dense", mlp_out="mlp.dense_4h_to_h", attn_add="self_attention"),

@@ -19,7 +19,8 @@ from .vocabulary import ROOT_NAMES, Vocabulary
 
 # `NAME.embed`, `NAME.layers`, ...: every canonical expression starts with a name bound to the model (not
 # `model.output.logits`, `model.model.layers`: an attribute of an attribute is the model's own path)
-_ROOT_ATTRIBUTE = re.compile(r"(?<![\w.])[A-Za-z_]\w*\s*\.\s*(?:%s)\b|names\s*=\s*[\"']canonical" % "|".join(ROOT_NAMES))
+_ROOT_ATTRIBUTE = re.compile(r"(?<![\w.])[A-Za-z_]\w*\s*\.\s*(?:%s)\b|names\s*=\s*[\"']canonical"
+                             % "|".join(ROOT_NAMES))
 mentions_canonical = _ROOT_ATTRIBUTE.search
 
 
