@@ -1,6 +1,8 @@
 """`nbgrad.trace` and `nbgrad.backward`: the engine behind the magics, for scripts and tests."""
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 
@@ -23,6 +25,8 @@ from .models.batching import batch_invokes
 from .models.cell import default_namespace, invoke_inputs, model_to_trace
 from .models.inputs import call_arguments, input_ids_of
 from .models.loading import remember
+from .names import mentions_canonical, rewrite_of
+from .names.rewrite import eager_attention, wrap_caches
 from .views.cache import CachePanel
 
 Cache.panel = CachePanel      # a Cache shown on its own draws its panel (the engine imports no view)
@@ -41,11 +45,13 @@ dataset_runner: list = []
 def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *, no_grad: bool = False,
           tokenizer=None, graph: bool = False, quiet: bool = True, over=None, batch_size: int = 8, out=None,
           engine: str = "local", workers: int | None = None, column: str | None = None,
-          model_factory=None, progress: bool = True) -> Result:
+          model_factory=None, progress: bool = True, _aliased: bool = False) -> Result:
     """Run `source` (the body of a `%%trace` cell) on `model` called with `input` (None when the source
     holds `with invoke(INPUT):` blocks); with `over=DATASET`, once per example (`nbgrad.datasets`)."""
     if TRACER in source:        # pasted nnsight code: `tracer.cache(...)` and the like (engine/compile/pasted.py)
         source = rewritten(source, namespace)
+    if not _aliased and mentions_canonical(source):      # canonical names (nbgrad/names): the model's own paths
+        return _canonical_trace(model, input, source, namespace, **_options(locals()))
     if over is not None:
         return dataset_runner[0](model, input, source, namespace, over=over, batch_size=batch_size, out=out,
                                  engine=engine, workers=workers, column=column, model_factory=model_factory,
@@ -77,6 +83,22 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
     result = run.run_trace(args, kwargs)
     result.input_ids = ids
     result.invokes = values
+    return result
+
+
+def _options(arguments: dict) -> dict:
+    return {name: value for name, value in arguments.items()
+            if name not in ("model", "input", "source", "namespace", "_aliased")}
+
+
+def _canonical_trace(model, input, source: str, namespace, **options) -> Result:
+    """`trace` of the cell rewritten into the model's own paths; a cell that reads attention patterns runs
+    with the eager attention function, given back afterwards."""
+    namespace = default_namespace(namespace, model)
+    rewrite = rewrite_of(source, model, namespace)
+    with eager_attention(model) if rewrite.eager and not options["graph"] else contextlib.nullcontext():
+        result = trace(model, input, rewrite.text, namespace, **options, _aliased=True)
+    wrap_caches(rewrite, model, namespace)
     return result
 
 
@@ -120,10 +142,13 @@ _CACHE_CELL = "nbgrad_cache = cache(nbgrad_modules, grads=nbgrad_grads, device=n
 
 
 def run_with_cache(model: nn.Module, input, modules="*", *, grads: bool = False, loss=None, device=None,
-                   dtype=None) -> tuple:
+                   dtype=None, names: str | None = None) -> tuple:
     """`(output, Cache)`: one run of `model` on `input` with every module matching `modules` cached (see
     `cache(...)`). With `grads=True`, `loss(output)` is the scalar backpropagated; the Cache holds the
-    gradient into each cached output, and parameters' `.grad` accumulate as in PyTorch."""
+    gradient into each cached output, and parameters' `.grad` accumulate as in PyTorch. With
+    `names="canonical"`, a `CanonicalCache` of every canonical value whose key matches `modules`."""
+    if names is not None:
+        return _canonical_run_with_cache(model, input, modules, names, grads=grads, device=device, dtype=dtype)
     if grads and not callable(loss):
         raise NbgradError("run_with_cache(..., grads=True) needs loss=: a function of the model's output that "
                           "returns the scalar to backpropagate (e.g. `lambda out: out.logits[0, -1].max()`)")
@@ -134,6 +159,16 @@ def run_with_cache(model: nn.Module, input, modules="*", *, grads: bool = False,
         trace(model, input, source, namespace)
     except NbgradError as error:      # said of the call: the lines of the cell it runs are not the user's
         raise _without_line(error) from error.__cause__
+    return namespace["nbgrad_output"], namespace["nbgrad_cache"]
+
+
+def _canonical_run_with_cache(model, input, pattern, names, **options) -> tuple:
+    if names != "canonical" or any(options.values()) or not isinstance(pattern, str):
+        raise NbgradError('run_with_cache(..., names="canonical") takes a pattern of canonical keys '
+                          '("layers.*.resid_post") and no grads, device or dtype; names= is "canonical" or None')
+    namespace = {"model": model, "nbgrad_cache": None}
+    trace(model, input, f"nbgrad_cache = cache({pattern!r}, names='canonical')\n"
+                        "nbgrad_output = model.output.save()", namespace)
     return namespace["nbgrad_output"], namespace["nbgrad_cache"]
 
 

@@ -28,6 +28,8 @@ from .errors.naming import a_or_an
 from .models.batching import batch_invokes
 from .models.cell import default_namespace, invoke_inputs
 from .models.inputs import INPUT_HELP, call_arguments, input_ids_of
+from .names import rewrite_of
+from .names.rewrite import eager_attention
 
 STEP_NAME = "step"
 TOP_K = 5
@@ -48,7 +50,9 @@ def generate(model: nn.Module, input, source: str, namespace: dict | None = None
              graph: bool = False, quiet: bool = True) -> GenerationResult:
     """Run `source` (the body of a `%%generate` cell) at every forward call of `model.generate(input)`."""
     source = rewritten(source, namespace, max_new_tokens)      # pasted nnsight code (engine/compile/pasted.py)
-    program = compile_with_helpers(source, "trace", namespace)
+    if (rewrite := rewrite_of(source, model, namespace)).eager and not graph:     # canonical names (nbgrad/names)
+        return _eagerly(model, {**locals(), "source": rewrite.text})
+    program = compile_with_helpers(rewrite.text, "trace", namespace)
     if graph:
         return GenerationResult(saved={}, graph=program.graph)
     namespace = default_namespace(namespace, model)
@@ -218,6 +222,14 @@ def _at_step(error: BaseException, step: int) -> None:
         error.args = (f"line {error.line}: {error.detail}" if error.line else error.detail,) + error.args[1:]
     elif isinstance(error, Exception):
         error.add_note(f"nbgrad: raised at generation step {step}")
+
+
+def _eagerly(model, arguments: dict) -> GenerationResult:
+    """`generate` of a cell rewritten from canonical names that reads attention patterns: with the eager
+    attention function, given back afterwards."""
+    arguments.pop("rewrite")
+    with eager_attention(model):
+        return generate(**arguments)
 
 
 def _pad_token(model: nn.Module, tokenizer) -> dict:

@@ -3,7 +3,11 @@ machine or on a Ray cluster, with results in memory or in a folder (`--out DIR`)
 which does not import it."""
 from __future__ import annotations
 
+import contextlib
+
 from .. import api
+from ..names import rewrite_of
+from ..names.rewrite import eager_attention
 from .run import trace_over
 
 
@@ -21,8 +25,10 @@ def trace(model, input, source: str, namespace: dict | None = None, *, over=None
     options.pop("quiet", None)
     if options.pop("graph", False):
         return api.trace(model, None, source, namespace, graph=True)
-    return trace_over(model, source, namespace, over, batch_size=batch_size, out=out, engine=engine,
-                      workers=workers, column=column, model_factory=model_factory, **options)
+    rewrite = rewrite_of(source, model, namespace)        # canonical names: the model's own paths (nbgrad/names)
+    with eager_attention(model) if rewrite.eager else contextlib.nullcontext():
+        return trace_over(model, rewrite.text, namespace, over, batch_size=batch_size, out=out, engine=engine,
+                          workers=workers, column=column, model_factory=model_factory, **options)
 
 
 api.dataset_runner[:] = [trace]

@@ -1,10 +1,12 @@
-"""`%source M`: print the source of M's forward with each site's name beside its line."""
+"""`%source M`: print the source of M's forward with each site's name beside its line. `%names MODEL`: each
+canonical name beside its real path for that model."""
 from __future__ import annotations
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
 from ..engine.run.listing import listing
+from ..names import listing as names_listing
 from .magic_line import evaluate
 
 
@@ -24,3 +26,11 @@ class SourceMagics(Magics):
                              f"`%source {owner}` lists the sites of its forward; the function a call site calls "
                              f"is known only while the model runs: give that function to %source")
         print(listing(evaluate(expression, self.shell.user_ns, "MODULE")))
+
+    @line_magic
+    def names(self, line: str):
+        """%names MODEL: every canonical name (model.layers[i].resid_mid, ...) beside its path in MODEL."""
+        expression = line.strip()
+        if not expression:
+            raise UsageError("%names MODEL: give a model of a known family (nbgrad.names.FAMILIES)")
+        print(names_listing(evaluate(expression, self.shell.user_ns, "MODEL"), expression))

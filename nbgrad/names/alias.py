@@ -1,0 +1,186 @@
+"""Canonical names as a compile-time alias: the cell's text is rewritten, line for line, into the model's own
+paths and events (`model.layers[3].resid_mid` -> `model.transformer.h[3].ln_2.input`) before it is compiled,
+so the compiler and the run never know. Only the spans of canonical expressions change; every other character,
+and every line number, stays where it was."""
+from __future__ import annotations
+
+import ast
+
+from ..errors import NbgradError
+from .cache import cached_names
+from .vocabulary import Canon, Vocabulary
+
+_LOOP_WRAPPERS = {"reversed", "list", "tuple", "iter"}
+
+
+class Rewrite:
+    """One cell's rewrite for one model: `text` is the rewritten cell, `eager` whether it reads patterns."""
+
+    def __init__(self, source: str, roots: tuple, vocabulary: Vocabulary):
+        self.data = source.encode()
+        starts, offset = [], 0
+        for line in self.data.splitlines(keepends=True):
+            starts.append(offset)
+            offset += len(line)
+        self.starts = starts + [offset]
+        self.roots, self.vocabulary, self.blocks = set(roots), vocabulary, set()
+        self.eager = False
+        tree = ast.parse(source)
+        self._find_block_names(tree)
+        self._find_caches(tree)
+        skip: set = set()
+        edits = self._statement_edits(tree, skip)
+        edits += self._edits_in(tree, skip)
+        self.text = self._spliced(0, len(self.data), edits).decode()
+
+    # -- what an expression is -------------------------------------------------------------------------------
+    def resolve(self, node: ast.AST) -> Canon | None:
+        if isinstance(node, ast.Name):
+            return Canon(node.id, "root") if node.id in self.roots else \
+                Canon(node.id, "block") if node.id in self.blocks else None
+        if isinstance(node, ast.Subscript):
+            inner = self.resolve(node.value)
+            if inner is None or inner.kind != "layers":
+                return None
+            return Canon(f"{inner.text}[{self.text_of(node.slice)}]", "block")
+        if isinstance(node, ast.Attribute):
+            inner = self.resolve(node.value)
+            found = inner and self.vocabulary.step(inner, node.attr, node.lineno)
+            if inner and inner.lacks and not found:
+                raise self.vocabulary.lacking(inner.lacks, "use its own modules", node.lineno)
+            if found:
+                self.eager |= found.eager
+            return found or None
+        return None
+
+    def _find_block_names(self, tree: ast.AST) -> None:
+        """Loop variables over `model.layers` (also through `reversed`, `enumerate`) and names bound to one
+        `model.layers[i]` stand for blocks."""
+        for node in ast.walk(tree):
+            pairs = [(node.target, node.iter)] if isinstance(node, (ast.For, ast.comprehension)) else []
+            for target, iterable in pairs:
+                self._bind_loop(target, iterable)
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                    and isinstance(node.value, ast.Subscript) \
+                    and getattr(self.resolve(node.value), "kind", "") == "block":
+                self.blocks.add(node.targets[0].id)            # `block = model.layers[3]`
+
+    def _bind_loop(self, target: ast.expr, iterable: ast.expr) -> None:
+        numbered = False
+        while isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) and len(iterable.args) == 1 \
+                and iterable.func.id in _LOOP_WRAPPERS | {"enumerate"}:
+            numbered |= iterable.func.id == "enumerate"
+            iterable = iterable.args[0]
+        canon = self.resolve(iterable)
+        if canon is None or canon.kind != "layers":
+            return
+        if numbered and isinstance(target, ast.Tuple) and len(target.elts) == 2:
+            target = target.elts[1]
+        if isinstance(target, ast.Name):
+            self.blocks.add(target.id)
+
+    # -- the text ---------------------------------------------------------------------------------------------
+    def _offset(self, line: int, col: int) -> int:
+        return self.starts[line - 1] + col
+
+    def _span(self, node: ast.AST) -> tuple[int, int]:
+        return self._offset(node.lineno, node.col_offset), self._offset(node.end_lineno, node.end_col_offset)
+
+    def text_of(self, node: ast.AST) -> str:
+        start, end = self._span(node)
+        return self._spliced(start, end, self._edits_in(node, skip=set())).decode()
+
+    def _spliced(self, start: int, end: int, edits: list) -> bytes:
+        pieces, at = [], start
+        for edit_start, edit_end, text in sorted(edits):
+            if start <= edit_start and edit_end <= end and edit_start >= at:
+                pieces += [self.data[at:edit_start], text.encode()]
+                at = edit_end
+        return b"".join(pieces + [self.data[at:end]])
+
+    def _edits_in(self, root: ast.AST, skip: set) -> list:
+        """(start, end, text) for each outermost canonical expression under `root` (itself included)."""
+        edits, pending = [], [root]
+        while pending:
+            node = pending.pop()
+            if id(node) in skip:
+                continue
+            if _is_canonical_cache(node):
+                edits.append((*self._span(node), self._cache_display(node)))
+                continue
+            canon = self.resolve(node) if isinstance(node, (ast.Attribute, ast.Subscript)) else None
+            if canon is not None and canon.lacks:
+                raise self.vocabulary.lacking(canon.lacks, "use its own modules", node.lineno)
+            if canon is not None and canon.kind not in ("root",):
+                edits.append((*self._span(node), canon.text))
+                continue
+            pending.extend(ast.iter_child_nodes(node))
+        return edits
+
+    # -- cache(names="canonical") ----------------------------------------------------------------------------
+    def _cache_display(self, call: ast.Call) -> str:
+        """The call as a dict of saved canonical reads (`{"layers.0.resid_pre": model.transformer.h[0].input
+        .save(), ...}`), on the call's own lines."""
+        pattern = call.args[0].value if call.args and isinstance(call.args[0], ast.Constant) else "*"
+        if not isinstance(pattern, str) or len(call.args) > 1 or any(k.arg != "names" for k in call.keywords):
+            raise NbgradError('cache(names="canonical") takes one pattern of canonical keys ("layers.*.resid_post") '
+                              "and no other option", call.lineno)
+        root = sorted(self.roots)[0]
+        reads = [f"{key!r}: {Rewrite(f'{root}.{expression}', (root,), self.vocabulary).text}.save()"
+                 for key, expression in cached_names(self.vocabulary.facts, pattern)]
+        self.eager |= any(".pattern" in key for key, _ in cached_names(self.vocabulary.facts, pattern))
+        return "{" + ", ".join(reads) + "}"
+
+    def _find_caches(self, tree: ast.AST) -> None:
+        self.caches = {node.targets[0].id for node in ast.walk(tree)
+                       if isinstance(node, ast.Assign) and _is_canonical_cache(node.value)
+                       and isinstance(node.targets[0], ast.Name)}
+
+    # -- statements whose target is a view of an event ----------------------------------------------------------
+    def _copy_before_edit(self, node: ast.stmt) -> list:
+        """An in-place edit of a pattern edits a copy put in its place: softmax keeps its output for the
+        backward pass, which an edit of the output itself would break."""
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else \
+            node.target if isinstance(node, ast.AugAssign) else None
+        while isinstance(target, ast.Subscript):
+            target = target.value
+        canon = self.resolve(target) if isinstance(target, ast.Attribute) else None
+        if canon is None or not canon.eager or target is (node.targets[0] if isinstance(node, ast.Assign) else None):
+            return []
+        start = self._offset(node.lineno, node.col_offset)
+        return [(start, start, f"{canon.text} = {canon.text}.clone(); ")]
+
+    def _statement_edits(self, tree: ast.AST, skip: set) -> list:
+        """Assignments to a view (`attn.z = v` writes `o_proj.input = v.flatten(-2)`) and in-place writes; the
+        nodes they rewrite whole go into `skip`."""
+        edits = []
+        for node in ast.walk(tree):
+            edits += self._copy_before_edit(node) if isinstance(node, (ast.Assign, ast.AugAssign)) else []
+            target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else \
+                node.target if isinstance(node, ast.AugAssign) else None
+            canon = self.resolve(target) if isinstance(target, ast.Attribute) else None
+            if canon is None or canon.kind != "value" or not (canon.view or canon.in_place or not canon.writable):
+                continue
+            if not canon.writable:
+                raise NbgradError(f"canonical names: {ast.unparse(target)} is computed from attn.z and the output "
+                                  "weight; write attn.z instead", node.lineno)
+            start, end = self._span(target)
+            skip.add(id(target))
+            if isinstance(node, ast.AugAssign) or canon.in_place:
+                edits.append((start, end, f"{canon.text}[...]"))
+            else:
+                skip.add(id(node.value))
+                written = f"{canon.base} = ({self.text_of(node.value)}){canon.inverse}"
+                edits.append((start, self._span(node.value)[1], written))
+        return edits
+
+
+def _is_canonical_cache(node: ast.AST) -> bool:
+    """`cache(..., names="canonical")` or `tracer.cache(..., names="canonical")`."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    named = isinstance(func, ast.Name) and func.id == "cache" or \
+        isinstance(func, ast.Attribute) and func.attr == "cache"
+    return named and any(k.arg == "names" and isinstance(k.value, ast.Constant) and k.value.value == "canonical"
+                         for k in node.keywords)
