@@ -53,9 +53,7 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
     if not _aliased and mentions_canonical(source):      # canonical names (nbgrad/names): the model's own paths
         return _canonical_trace(model, input, source, namespace, **_options(locals()))
     if over is not None:
-        return dataset_runner[0](model, input, source, namespace, over=over, batch_size=batch_size, out=out,
-                                 engine=engine, workers=workers, column=column, model_factory=model_factory,
-                                 no_grad=no_grad, tokenizer=tokenizer, graph=graph, quiet=quiet, progress=progress)
+        return dataset_runner[0](model, input, source, namespace, **_options(locals()))
     if (batch_size != 8 or out is not None or engine != "local" or workers is not None or column is not None
             or model_factory is not None):
         checks.dataset_options_alone(batch_size=batch_size, out=out, engine=engine, workers=workers, column=column,

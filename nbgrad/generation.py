@@ -58,14 +58,7 @@ def generate(model: nn.Module, input, source: str, namespace: dict | None = None
     namespace = default_namespace(namespace, model)
     tokenizer = tokenizer or models.tokenizer_for(model)
     model = compiled_inner(model) or model
-    if not callable(getattr(model, "generate", None)):
-        raise NbgradError(f"%%generate needs a model with transformers' `generate` (a generative model); "
-                          f"{type(model).__name__} has none. Use %%trace for a single forward call")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 1:
-        raise InputError(f"--max-new-tokens (max_new_tokens=) is how many tokens to generate, a whole number of at "
-                         f"least 1, not {max_new_tokens!r}")
-    if kwargs is not None and not isinstance(kwargs, dict):
-        raise InputError(f"--kwargs must be a dict of `generate` keywords, not {a_or_an(type(kwargs).__name__)}")
+    _check_arguments(model, max_new_tokens, kwargs)
     models.remember(model)
     options = {"max_new_tokens": max_new_tokens, "do_sample": sample, **_pad_token(model, tokenizer),
                **(kwargs or {})}
@@ -86,6 +79,17 @@ def generate(model: nn.Module, input, source: str, namespace: dict | None = None
     if out:
         namespace[out] = result.output
     return result
+
+
+def _check_arguments(model: nn.Module, max_new_tokens, kwargs) -> None:
+    if not callable(getattr(model, "generate", None)):
+        raise NbgradError(f"%%generate needs a model with transformers' `generate` (a generative model); "
+                          f"{type(model).__name__} has none. Use %%trace for a single forward call")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 1:
+        raise InputError(f"--max-new-tokens (max_new_tokens=) is how many tokens to generate, a whole number of at "
+                         f"least 1, not {max_new_tokens!r}")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise InputError(f"--kwargs must be a dict of `generate` keywords, not {a_or_an(type(kwargs).__name__)}")
 
 
 class Generation:
