@@ -4,6 +4,7 @@ which does not import it."""
 from __future__ import annotations
 
 from .. import api
+from .folder import verify
 from .run import trace_over
 
 
@@ -27,4 +28,4 @@ def trace(model, input, source: str, namespace: dict | None = None, *, over=None
 
 api.dataset_runner[:] = [trace]
 
-__all__ = ["trace", "trace_over"]
+__all__ = ["trace", "trace_over", "verify"]
