@@ -9,6 +9,7 @@ import sys
 import torch
 from torch import nn
 
+from . import NbgradError
 from .naming import a_or_an
 
 MODULE_EVENTS = ("output", "input", "inputs")
@@ -23,8 +24,7 @@ def add_hints(error: BaseException, events) -> None:
     if not isinstance(error, Exception) or getattr(error, "_nbgrad_hinted", False):
         return
     hints = [_event_outside_the_cell(error), _skip_not_a_statement(error), _not_called(error),
-             _tuple_as_tensor(error, events.tuple_reads), _not_a_tensor(error, events.other_reads),
-             _after_a_replacement(error, events.last_replacement)]
+             _tuple_as_tensor(error, events.tuple_reads), _not_a_tensor(error, events.other_reads)]
     for hint in filter(None, hints):
         error.add_note(f"nbgrad: {hint}")
     try:
@@ -84,21 +84,30 @@ def _not_a_tensor(error, other_reads: dict) -> str | None:
     return None
 
 
-def _after_a_replacement(error, replacement) -> str | None:
-    """The model failed after the cell replaced a module's output or input with a value of another shape."""
-    if replacement is None or not isinstance(error, (RuntimeError, ValueError, IndexError, TypeError)):
-        return None
+def failed_after_replacement(error: BaseException, replacement) -> BaseException:
+    """The model failed inside torch or transformers after the cell replaced a module's output (`.skip(v)`, an
+    assignment to an event or a site) with a value of another form: that replacement is the error to show,
+    with the form the value should have had; the model's own error is kept as its cause."""
+    if replacement is None or not isinstance(error, (RuntimeError, ValueError, IndexError, TypeError)) or \
+            isinstance(error, NbgradError):
+        return error
     use, before, after = replacement
+    given = f"a tensor of shape {list(after)}" if isinstance(after, tuple) else a_or_an(after)
+    failed = f"the model failed after that ({type(error).__name__}: {str(error).splitlines()[0][:200]})"
     if use.skip:           # the gate's event held nothing (or, in invokes, the other invokes' values) before v
         module = use.target[:-len(".skip")]
-        given = f"a tensor of shape {after}" if isinstance(after, tuple) else a_or_an(after)
-        return (f"line {use.line} skipped {module} with `.skip(v)`, v {given}, and the model failed after that: "
-                f"v stands in for that module's output, so it must have the form its forward returns (a tensor; "
-                f"a tuple for many attention modules). Read `{module}.output` in a cell without the skip to see it")
-    if before == after:
-        return None
-    return (f"line {use.line} replaced {use.target}.{use.kind} of shape {before} with a value of shape {after}; "
-            f"the model failed after that")
+        message = (f"`{module}.skip(v)` gave v {given}, and {failed}: v stands in for that module's output, so it "
+                   f"must have the form its forward returns (a tensor of the shape it returns; a tuple for many "
+                   f"attention modules). Read `{module}.output` in a cell without the skip to see it")
+    elif before == after:
+        return error
+    else:
+        expected = f"a tensor of shape {list(before)}" if isinstance(before, tuple) else a_or_an(before)
+        message = (f"{use.target}.{use.kind} is {expected}, and line {use.line} put {given} in its place; "
+                   f"{failed}. Give a value of the form the model returns there ({expected})")
+    replaced = NbgradError(message, use.line)
+    replaced.__cause__ = error
+    return replaced
 
 
 def note_float_ids(error: RuntimeError, args: tuple, kwargs: dict) -> None:

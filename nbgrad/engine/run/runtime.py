@@ -81,9 +81,9 @@ class Runtime:
         """`cache(...)` in the cell (see caching.py)."""
         return start_cache(self, line, *args, **kwargs)
 
-    def stop(self, line):
+    def stop(self, line, *args, **kwargs):
         """`stop()` in the cell (see stopping.py)."""
-        request_stop(self, line)
+        request_stop(self, line, *args, **kwargs)
 
     # --- entry points ---------------------------------------------------------------------------
 
@@ -173,7 +173,10 @@ class Runtime:
                 self._exit()         # idempotent
 
     def _for_the_cell(self, error: BaseException) -> BaseException:
+        if self.state is not None:
+            self.state.unbind()
         error = located(error, self.program.uses, self.program.filename)
+        error = hints.failed_after_replacement(error, self.forward.last_replacement)
         hints.add_hints(error, self.forward)
         try:
             error.nbgrad_graph = self.graph()      # what ran, and which statement failed
