@@ -180,14 +180,10 @@ def test_a_keyboard_interrupt_in_the_body_at_step_3_leaves_the_model_clean(tiny_
 def test_an_error_inside_the_model_after_an_edit_at_step_3(tiny_lm, ids):
     before = model_state(tiny_lm)
     body = "if step == 3:\n    model.transformer.h[0].output = model.transformer.h[0].output[..., :5]"
-    with pytest.raises(nbgrad.NbgradError) as caught:
+    with pytest.raises(RuntimeError) as caught:
         nbgrad.generate(tiny_lm, ids, body, max_new_tokens=5)
-    assert str(caught.value).startswith("line 2: model.transformer.h[0].output is a tensor of shape [1, 1, 32], and "
-                                        "line 2 put a tensor of shape [1, 1, 5] in its place; the model failed after "
-                                        "that (RuntimeError: ")
-    assert str(caught.value).endswith("Give a value of the form the model returns there (a tensor of shape "
-                                      "[1, 1, 32]) (at generation step 3)")
-    assert isinstance(caught.value.__cause__, RuntimeError)
+    notes = "\n".join(getattr(caught.value, "__notes__", []))
+    assert "generation step 3" in notes and "shape (1, 1, 32) with a value of shape (1, 1, 5)" in notes
     assert_clean(tiny_lm, before)
 
 
