@@ -13,7 +13,9 @@ FAILING = {
     "a wrong module path": (nbgrad.NbgradError, READ + "model.transformer.h[9].output.save()\n"),
     "the cell's own raise": (ValueError, READ + "raise ValueError('mine')\n"),
     "a bad skip": (nbgrad.NbgradError, READ + "model.transformer.h[2].skip(None)\n"),
-    "an error inside the model": (nbgrad.NbgradError, READ + "model.transformer.h[2].output = torch.zeros(3)\n"),
+    "an error inside the model": (RuntimeError, READ + "model.transformer.h[2].output = torch.zeros(3)\n"),
+    "a site write of the wrong shape": (nbgrad.NbgradError,
+                                        READ + "model.transformer.h[2].attn.source.self_c_attn_1.output = torch.zeros(3)\n"),
     "stop with an argument": (nbgrad.NbgradError, READ + "stop(5)\n"),
 }
 

@@ -24,7 +24,8 @@ def add_hints(error: BaseException, events) -> None:
     if not isinstance(error, Exception) or getattr(error, "_nbgrad_hinted", False):
         return
     hints = [_event_outside_the_cell(error), _skip_not_a_statement(error), _not_called(error),
-             _tuple_as_tensor(error, events.tuple_reads), _not_a_tensor(error, events.other_reads)]
+             _tuple_as_tensor(error, events.tuple_reads), _not_a_tensor(error, events.other_reads),
+             _after_a_replacement(error, events.last_replacement)]
     for hint in filter(None, hints):
         error.add_note(f"nbgrad: {hint}")
     try:
@@ -85,11 +86,12 @@ def _not_a_tensor(error, other_reads: dict) -> str | None:
 
 
 def failed_after_replacement(error: BaseException, replacement) -> BaseException:
-    """The model failed inside torch or transformers after the cell replaced a module's output (`.skip(v)`, an
-    assignment to an event or a site) with a value of another form: that replacement is the error to show,
-    with the form the value should have had; the model's own error is kept as its cause."""
+    """The model failed inside torch or transformers after the cell put a value of another form in place of a
+    module's output with `.skip(v)`, or of a site's value: that is the error to show, with the form the value
+    should have had; the model's own error is kept as its cause. (After an edit of a module's `.output` the
+    model's own frames are the error, with a note: `_after_a_replacement`.)"""
     if replacement is None or not isinstance(error, (RuntimeError, ValueError, IndexError, TypeError)) or \
-            isinstance(error, NbgradError):
+            isinstance(error, NbgradError) or not (replacement[0].skip or ".source." in replacement[0].target):
         return error
     use, before, after = replacement
     given = f"a tensor of shape {list(after)}" if isinstance(after, tuple) else a_or_an(after)
@@ -108,6 +110,17 @@ def failed_after_replacement(error: BaseException, replacement) -> BaseException
     replaced = NbgradError(message, use.line)
     replaced.__cause__ = error
     return replaced
+
+
+def _after_a_replacement(error, replacement) -> str | None:
+    """The model failed after the cell replaced a module's output or input with a value of another shape."""
+    if replacement is None or not isinstance(error, (RuntimeError, ValueError, IndexError, TypeError)):
+        return None
+    use, before, after = replacement
+    if before == after:
+        return None
+    return (f"line {use.line} replaced {use.target}.{use.kind} of shape {before} with a value of shape {after}; "
+            f"the model failed after that")
 
 
 def note_float_ids(error: RuntimeError, args: tuple, kwargs: dict) -> None:
