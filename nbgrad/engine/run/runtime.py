@@ -25,7 +25,7 @@ from .hookset import HookSet
 from ..compile.program import RUNTIME_NAME, Backward, GradRead, GradWrite, Program, Read, Write
 from .result import Later, Result, SavedValues, grad_pairs, saved_by_name
 from .scheduler import AFTER_FORWARD, FORWARD, Scheduler
-from .caching import start_cache
+from .caching import check_cache_call, start_cache
 from .stopping import StopRun, request_stop
 from .sites import source_of
 from .skips import skip_of
@@ -79,6 +79,7 @@ class Runtime:
 
     def cache(self, line, *args, **kwargs):
         """`cache(...)` in the cell (see caching.py)."""
+        check_cache_call(args, kwargs, line)
         return start_cache(self, line, *args, **kwargs)
 
     def stop(self, line, *args, **kwargs):
