@@ -90,3 +90,17 @@ def test_stop_in_one_invoke_says_it_ended_the_run_of_every_invoke(tiny):
                                         "model run (for the whole batch: every invoke runs in that one call) before "
                                         "model.transformer.h[1] ran")
     assert_clean(tiny, before)
+
+
+@pytest.mark.parametrize("call, given", [("stop(5)", "5"), ("stop(after=model.transformer.h[0])", "after=")])
+def test_stop_with_an_argument_says_it_takes_none(tiny, call, given):
+    before = model_state(tiny)
+    with Counting(tiny, NAMES) as counted:
+        with pytest.raises(nbgrad.NbgradError) as caught:
+            nbgrad.trace(tiny, IDS, "a = model.transformer.h[0].output.save()\n" + call, {"model": tiny})
+    message = str(caught.value)
+    assert message.startswith(f"line 2: stop() takes no arguments (given: {given}")
+    assert message.endswith("): it ends the model run once the statement that calls it has run. To stop after a "
+                            "module, call stop() after the line that reads that module's output")
+    assert counted.calls["lm_head"] == 0            # it stopped all the same: nothing ran on past line 2
+    assert_clean(tiny, before)

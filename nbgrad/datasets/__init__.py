@@ -8,6 +8,7 @@ import contextlib
 from .. import api
 from ..names import rewrite_of
 from ..names.rewrite import eager_attention
+from .folder import verify
 from .run import trace_over
 
 
@@ -33,4 +34,4 @@ def trace(model, input, source: str, namespace: dict | None = None, *, over=None
 
 api.dataset_runner[:] = [trace]
 
-__all__ = ["trace", "trace_over"]
+__all__ = ["trace", "trace_over", "verify"]

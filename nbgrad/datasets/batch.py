@@ -6,15 +6,17 @@ are freed with the batch, so a run over thousands of examples holds only what th
 from __future__ import annotations
 
 import re
+import types
 from dataclasses import replace
 
 import torch
 
+from ..engine.compile.compiler import compile_cell
 from ..engine.run.cache import Cache, Calls, same_elements
 from ..engine.run.result import holds_saved
 from ..engine.run.rows import InvokeRows, rebuilt
 from ..engine.run.runtime import Runtime
-from ..errors import NbgradError
+from ..errors import NbgradError, at_cell_line
 from ..models.batching import batch_invokes
 from .examples import describe
 from .replicate import prefixed, replicated, unprefixed
@@ -40,7 +42,7 @@ def run_batch(model, tokenizer, source: str, namespace: dict, examples: list, st
     try:
         result = runtime.run_trace(args, kwargs)
     except BaseException as error:
-        raise at_example(error, cell, runtime, examples, start)
+        raise at_example(error, cell, runtime, examples, start, source)
     saved_ids = {id(value) for value in result.saved.values()}
     per_example, plain = [], {}
     for k in range(len(examples)):
@@ -57,8 +59,9 @@ def run_batch(model, tokenizer, source: str, namespace: dict, examples: list, st
     return per_example, plain
 
 
-def at_example(error: BaseException, cell, runtime, examples: list, start: int) -> BaseException:
-    """The error with the example it concerns: its index in the dataset and its INPUT, and the cell line."""
+def at_example(error: BaseException, cell, runtime, examples: list, start: int, source: str) -> BaseException:
+    """The error with the example it concerns: its index in the dataset and its INPUT, and the cell line (the
+    traceback's frame of the cell at the cell's own line, as a worker's error shows it: ray_engine.py)."""
     failed = runtime.scheduler.failed
     example = runtime.program.nodes[failed].spec.invoke if failed is not None else None
     if isinstance(error, NbgradError) and error.line:
@@ -73,7 +76,21 @@ def at_example(error: BaseException, cell, runtime, examples: list, start: int) 
         error.args = tuple(unprefixed(arg) if isinstance(arg, str) else arg for arg in error.args)
         line = error.nbgrad_cell_line = _cell_frame_line(error, cell)    # for a worker's driver (ray_engine.py)
         error.add_note(f"nbgrad: raised by {where}" + (f", at line {line} of the cell" if line else ""))
+        if line:
+            return _in_cell_frame(error, cell, line, compile_cell(source, "trace").filename)
     return error
+
+
+def _in_cell_frame(error: BaseException, cell, line: int, filename: str) -> BaseException:
+    """The traceback with the batch program's frames (which repeat the cell once per example, so their line is
+    not the cell's) given as one frame of the cell at `line`; the frames below it (the model's) kept."""
+    below, tb = None, error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == cell.program.filename:
+            below = tb.tb_next
+        tb = tb.tb_next
+    top = at_cell_line(error, filename, line).__traceback__
+    return error.with_traceback(types.TracebackType(below, top.tb_frame, top.tb_lasti, top.tb_lineno))
 
 
 def _cell_lines(text: str, cell) -> str:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
+
+import torch
 
 from ..errors import ArgumentError, InputError
 from ..errors.naming import a_or_an
@@ -34,13 +37,30 @@ def _batches(dataset, batch_size: int, column: str | None):
     if isinstance(dataset, (str, bytes)) or not _iterable(dataset):
         raise InputError(f"--over takes a list of prompts, an iterable of INPUTs or a datasets.Dataset, not "
                          f"{a_or_an(type(dataset).__name__)}; for one prompt, give it as INPUT without --over")
-    examples, start = iter(dataset), 0
+    _refuse_ambiguous(dataset)
+    examples, start = map(_one_example, dataset), 0
     while True:
         chunk = list(itertools.islice(examples, batch_size))
         if not chunk:
             return
         yield start, chunk
         start += len(chunk)
+
+
+def _refuse_ambiguous(dataset) -> None:
+    """A dict iterates over its keys, a 1-D tensor over single numbers: neither is what a user means by examples."""
+    if isinstance(dataset, Mapping):
+        raise InputError("--over a dict would run the cell over its keys: write `--over list(DATASET.values())` to "
+                         "run it over the values (or `--over list(DATASET)` over the keys)")
+    if isinstance(dataset, torch.Tensor) and dataset.dim() < 2:
+        raise InputError(f"--over a tensor runs the cell once per row (each row one example's ids); this one has "
+                         f"shape {list(dataset.shape)}: give a 1-D tensor of ids as INPUT, without --over (or "
+                         f"--over [ids] for a dataset of one example)")
+
+
+def _one_example(value):
+    """A 1-D tensor (a row of a 2-D tensor of ids, or one example's ids) is one example: a batch of one row."""
+    return value.unsqueeze(0) if isinstance(value, torch.Tensor) and value.dim() == 1 else value
 
 
 def total(dataset) -> int | None:

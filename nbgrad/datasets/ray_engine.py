@@ -51,6 +51,9 @@ def _worker_class():
                                            helpers)
             return per_example, plain, os.getpid()
 
+        def ready(self):
+            return True
+
     return DatasetWorker
 
 
@@ -89,9 +92,7 @@ class RayBatches:
             while pending:
                 yield from self._finish_first(pending, free, ray, kept)
         finally:
-            for _, _, task, _ in pending:
-                if task is not None:
-                    ray.cancel(task)
+            _settle(ray, [task for _, _, task, _ in pending if task is not None])
 
     def _finish_first(self, pending: deque, free: deque, ray, kept: bool):
         start, count, task, actor = pending.popleft()
@@ -124,6 +125,22 @@ class RayBatches:
         return at_cell_line(cause, compile_cell(self.source, "trace").filename, line)
 
 
+SETTLE_S = 10        # how long a stopped run waits for the batches it cancelled, at most
+
+
+def _settle(ray, tasks: list) -> None:
+    """Cancel the batches still running when a run stops, and take their outcome (an error too): a result that no
+    one takes is printed by Ray as an "Unhandled error", beside the error the run raised."""
+    for task in tasks:
+        ray.cancel(task)
+    done, _ = ray.wait(tasks, num_returns=len(tasks), timeout=SETTLE_S) if tasks else ([], [])
+    for task in done:
+        try:
+            ray.get(task)
+        except Exception:            # their errors are not the run's: it raised the first one
+            pass
+
+
 LOST = "Nothing was bound: run the cell again (with --out DIR, a run keeps every batch it finished)"
 LOST_WITH_DIR = "Every batch finished before it is in DIR: run the cell again to compute only the rest"
 
@@ -148,13 +165,13 @@ def _actors(build, key, workers) -> list:
     """The actors for this model on the cluster now: kept from an earlier run, or made."""
     import ray
     if not ray.is_initialized():
-        ray.init(include_dashboard=False, logging_level="ERROR")
+        start_ray(include_dashboard=False, logging_level="ERROR")
     gpus = int(ray.cluster_resources().get("GPU", 0))
     count = workers or gpus or 2
     job = ray.get_runtime_context().get_job_id()
     pool_key = (key, count, gpus)
     kept = _pools.get(pool_key)
-    if kept is not None and kept[0] == job:
+    if kept is not None and kept[0] == job and _all_alive(ray, kept[1]):
         return kept[1]
     _drop_pools()
     options = {"num_gpus": 1} if gpus else {"num_cpus": 1}
@@ -162,6 +179,43 @@ def _actors(build, key, workers) -> list:
     actors = [worker.remote(build) for _ in range(count)]
     _pools[pool_key] = (job, actors, build)
     return actors
+
+
+def _all_alive(ray, actors: list) -> bool:
+    """Whether every kept actor still answers (one that died while idle would fail the next run's batches)."""
+    try:
+        ray.get([actor.ready.remote() for actor in actors], timeout=60)
+    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+        return False
+    return True
+
+
+STARTS = 3           # tries to start a local cluster: on a loaded machine its node may miss Ray's startup wait
+
+
+def start_ray(**options) -> None:
+    """`ray.init(**options)`, tried again (a bounded number of times) when the local node timed out starting.
+    The processes a failed try started (Ray leaves them running) are ended first, so tries do not pile up."""
+    import psutil
+    import ray
+    this = psutil.Process()
+    for attempt in range(STARTS):
+        before = {child.pid for child in this.children(recursive=True)}
+        try:
+            ray.init(**options)
+            return
+        except Exception as error:
+            if "timed out during startup" not in str(error) or attempt == STARTS - 1:
+                raise
+            ray.shutdown()
+            started = [child for child in this.children(recursive=True) if child.pid not in before]
+            for end in ("terminate", "kill"):
+                for child in started:
+                    try:
+                        getattr(child, end)()
+                    except psutil.NoSuchProcess:
+                        pass
+                started = psutil.wait_procs(started, timeout=10)[1]      # those still running
 
 
 def _builder(model: nn.Module, model_factory) -> tuple:

@@ -52,12 +52,12 @@ def _run(batches, store, bar) -> tuple:
     gathered, plain, done = {}, {}, 0
     try:
         for start, per_example, last_plain in batches:
-            done = start + len(per_example)
             if store is not None:
                 if last_plain is not None:          # computed now, not found in DIR
                     store.write(start, per_example)
             else:
                 _gather(gathered, start, per_example)
+            done = start + len(per_example)         # after the write: an interrupt inside it counts what DIR holds
             plain.update(last_plain or {})
             bar.update(len(per_example))
     except KeyboardInterrupt as interrupt:

@@ -1,62 +1,54 @@
 """`--out DIR`: each finished batch's saved values in a safetensors file of its own, and an index.
 
     DIR/index.json                   the cell, the batch size, every finished batch (with a digest of its
-                                     examples) and the names saved
+                                     examples, and its file's size and SHA-256) and the names saved
     DIR/batch-00000016.safetensors   the batch that starts at example 16: tensor `name/k/path` is example
                                      16+k's value of `name` (a path inside a list / dict value); the file's
                                      metadata holds the shape of each value (which keys, which plain values)
 
 A file is written to a temporary name and moved into place with `os.replace`, and the index after it, so
-a batch is either whole in DIR or absent: a run stopped anywhere leaves DIR readable and resumable.
+a batch is either whole in DIR or absent: a run stopped anywhere leaves DIR readable and resumable. Every
+file is checked against the index before it is used (folder.py): on resume a damaged batch is computed
+again; on load the error names the file.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Mapping
-from pathlib import Path
 
 import torch
-from safetensors.torch import save_file, safe_open
+from safetensors.torch import load as load_tensors, save as save_tensors
 
-from ..engine.run.cache import Cache, Calls, same_elements
-from ..errors import ArgumentError, NbgradError
-from ..errors.naming import a_or_an
-
-INDEX = "index.json"
-CACHE_PARTS = ("outputs", "inputs", "grads")      # what a Cache holds, each a dict by module path
+from ..errors import NbgradError
+from . import folder as checked
+from .layout import flatten, unflatten, unshared
 
 
 class Store:
     """The batches a run over a dataset has written to DIR."""
 
     def __init__(self, folder, source: str, batch_size: int):
-        self.folder = Path(folder)
-        if self.folder.exists() and not self.folder.is_dir():
-            raise ArgumentError(f"--out {folder} is a file, not a folder: give a folder (made if missing), where each "
-                                f"batch's values are written")
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise ArgumentError(f"--out {folder}: the folder cannot be made ({error.strerror or error})") from error
+        self.folder = checked.out_folder(folder)
+        checked.prepare(self.folder, folder)
         self.cell = hashlib.sha256(source.strip().encode()).hexdigest()[:16]
         self.batch_size = batch_size
         self.digests_asked: dict = {}    # start -> digest of the examples `has` was asked about, for `write`
-        index = self._read_index()
+        index = checked.read_index(self.folder) or {}
         if index and (index["cell"], index["batch_size"]) != (self.cell, batch_size):
             raise NbgradError(f"--out {folder} holds the values of another cell or another --batch-size "
                               f"({index['batch_size']}): give a new DIR, or delete this one to start again")
-        self.batches = {int(start): count for start, count in (index or {}).get("batches", {}).items()}
-        self.digests = {int(start): digest for start, digest in (index or {}).get("examples", {}).items()}
-        self.names = list((index or {}).get("names", []))
+        self.batches = {int(start): count for start, count in index.get("batches", {}).items()}
+        self.digests = {int(start): digest for start, digest in index.get("examples", {}).items()}
+        self.files = {int(start): held for start, held in index.get("files", {}).items()}
+        self.names = list(index.get("names", []))
 
     def has(self, start: int, examples: list) -> bool:
-        """Does DIR hold the batch of these examples that starts at `start`? One computed from other examples
-        is an error: the run would hand back another dataset's values as this one's. A batch of another size
-        (a run over fewer examples ended there) is computed again."""
+        """Does DIR hold the batch of these examples that starts at `start`, whole? One computed from other
+        examples is an error: the run would hand back another dataset's values as this one's. A batch of
+        another size (a run over fewer examples ended there), or whose file is damaged, is computed again."""
         digest = self.digests_asked[start] = examples_digest(examples)
-        if self.batches.get(start) != len(examples) or not self._file(start).exists():
+        if self.batches.get(start) != len(examples):
             return False
         held = self.digests.get(start)
         if held is not None and held != digest:
@@ -64,47 +56,56 @@ class Store:
                               f"{start}-{start + len(examples) - 1} was computed from other INPUTs than this run's "
                               f"(another dataset, or one that changed). Give a new DIR, or delete this one to start "
                               f"again")
-        return True
+        path = self._file(start)
+        if path.is_dir():
+            raise NbgradError(f"{path} is a folder where the batch of examples {start}-{start + len(examples) - 1} "
+                              f"belongs: move or delete it, and run the cell again")
+        return checked.file_problem(path, self.files.get(start)) is None
 
     def write(self, start: int, per_example: list) -> None:
         tensors, layout = {}, []
         for k, values in enumerate(per_example):
-            layout.append({name: _flatten(value, f"{name}/{k}", tensors) for name, value in values.items()})
+            layout.append({name: flatten(value, f"{name}/{k}", tensors) for name, value in values.items()})
             for name in values:
                 if name not in self.names:
                     self.names.append(name)
-        tensors, aliases = _unshared(tensors)
-        _atomic(self._file(start), lambda path: save_file(tensors, str(path), metadata={
-            "layout": json.dumps(layout), "aliases": json.dumps(aliases)}))
+        tensors, aliases = unshared(tensors)
+        data = save_tensors(tensors, metadata={"layout": json.dumps(layout), "aliases": json.dumps(aliases)})
+        checked.write_atomic(self._file(start), data)
         self.batches[start] = len(per_example)
+        self.files[start] = checked.record(data)
         if start in self.digests_asked:
             self.digests[start] = self.digests_asked.pop(start)
-        index = {"cell": self.cell, "batch_size": self.batch_size, "names": self.names,
-                 "batches": {str(s): c for s, c in sorted(self.batches.items())},
-                 "examples": {str(s): d for s, d in sorted(self.digests.items())}}
-        _atomic(self.folder / INDEX, lambda path: path.write_text(json.dumps(index, indent=1)))
+        checked.write_index(self.folder, {
+            "cell": self.cell, "batch_size": self.batch_size, "names": self.names,
+            "batches": {str(s): c for s, c in sorted(self.batches.items())},
+            "examples": {str(s): d for s, d in sorted(self.digests.items())},
+            "files": {str(s): f for s, f in sorted(self.files.items())}})
 
     def lists(self, count: int) -> dict:
         """Each saved name as a list over the first `count` examples that loads a batch's file on access."""
         return {name: StoredList(self, name, count) for name in self.names}
 
     def load(self, start: int) -> list:
-        """[{name: value} per example] of the batch that starts at `start`."""
+        """[{name: value} per example] of the batch that starts at `start`, once its file is found whole."""
         path = self._file(start)
-        with safe_open(str(path), framework="pt") as handle:      # one opening: the layout and the tensors
-            metadata = handle.metadata()
-            tensors = {key: handle.get_tensor(key) for key in handle.keys()}
+        try:
+            data = path.read_bytes()
+        except OSError:
+            data = None                 # file_problem says why
+        problem = checked.file_problem(path, self.files.get(start), data)
+        if problem:
+            raise NbgradError(f"{path} cannot be read: {problem}. Run the same cell with the same --out DIR again: "
+                              f"it computes this batch again (or `nbgrad.datasets.verify(DIR)` lists every such file)")
+        tensors = load_tensors(data)
+        metadata = json.loads(data[8:8 + int.from_bytes(data[:8], "little")])["__metadata__"]
         for alias, key in json.loads(metadata.get("aliases", "{}")).items():
             tensors[alias] = tensors[key]
         layout = json.loads(metadata["layout"])
-        return [{name: _unflatten(shape, tensors) for name, shape in values.items()} for values in layout]
+        return [{name: unflatten(shape, tensors) for name, shape in values.items()} for values in layout]
 
-    def _file(self, start: int) -> Path:
-        return self.folder / f"batch-{start:08d}.safetensors"
-
-    def _read_index(self):
-        path = self.folder / INDEX
-        return json.loads(path.read_text()) if path.exists() else None
+    def _file(self, start: int):
+        return checked.batch_file(self.folder, start)
 
 
 class StoredList:
@@ -166,92 +167,3 @@ def _feed(hasher, value) -> None:
     hasher.update(b"\1")
 
 
-def _unshared(tensors: dict) -> tuple:
-    """(tensors, {key: the key of the same tensor}) as a file holds them: one tensor kept once (a cache holds a
-    module's output again as the next one's input), and views into one another's memory copied out (safetensors
-    writes each tensor's own bytes)."""
-    kept, aliases, first, storages = {}, {}, {}, {}
-    for key, tensor in tensors.items():
-        same = same_elements(tensor)
-        if same in first:
-            aliases[key] = first[same]
-            continue
-        first[same] = key
-        kept[key] = tensor
-        storages.setdefault(same[0], []).append(key)
-    for keys in storages.values():
-        for key in keys:
-            kept[key] = kept[key].clone() if len(keys) > 1 else kept[key].contiguous()
-    return kept, aliases
-
-
-def _atomic(path: Path, write) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        write(temporary)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
-
-
-def _flatten(value, key: str, tensors: dict, in_cache: bool = False):
-    """The value's shape for the metadata, its tensors put in `tensors` under paths from `key`. Inside a Cache or a
-    model's output (a ModelOutput, kept with its class), what is no tensor, container or plain value (the model's
-    key-value cache object) is left out."""
-    if isinstance(value, torch.Tensor):
-        tensors[key] = value.detach().cpu()
-        return {"tensor": key}
-    if isinstance(value, Cache):
-        parts = {part: _flatten(dict(getattr(value, "_" + part)), f"{key}/{part}", tensors, True)
-                 for part in CACHE_PARTS}
-        return {"cache": {"options": {name: bool(value.options.get(name)) for name in ("inputs", "grads")}, **parts}}
-    if isinstance(value, (list, tuple)):
-        kind = "calls" if isinstance(value, Calls) else "list" if isinstance(value, list) else "tuple"   # a named one too
-        return {kind: [_flatten(v, f"{key}/{i}", tensors, in_cache) for i, v in enumerate(value)]}
-    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        output = _model_output_class(type(value))
-        items = {k: _flatten(v, f"{key}/{k}", tensors, in_cache or output is not None) for k, v in value.items()}
-        return {"dict": items, "class": output} if output else {"dict": items}
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return {"plain": value}
-    if in_cache:
-        return {"omitted": type(value).__name__}
-    raise NbgradError(f"--out writes tensors (and lists / dicts of them, numbers, strings, caches); "
-                      f"{key.split('/')[0]} holds {a_or_an(type(value).__name__)}")
-
-
-def _unflatten(shape: dict, tensors: dict):
-    kind, content = next(iter(shape.items()))
-    if kind == "tensor":
-        return tensors[content]
-    if kind in ("list", "tuple", "calls"):
-        values = [_unflatten(v, tensors) for v in content]
-        return values if kind == "list" else tuple(values) if kind == "tuple" else Calls(values)
-    if kind == "dict":
-        items = {k: _unflatten(v, tensors) for k, v in content.items()}
-        return _model_output(shape["class"], items) if "class" in shape else items
-    if kind == "cache":
-        cache = Cache(content["options"])
-        for part in CACHE_PARTS:
-            setattr(cache, "_" + part, _unflatten(content[part], tensors))
-        return cache
-    return None if kind == "omitted" else content
-
-
-def _model_output_class(cls: type) -> str | None:
-    """`module:name` of a transformers ModelOutput class (what `_model_output` makes again); None for any other."""
-    from transformers.utils import ModelOutput
-    return f"{cls.__module__}:{cls.__qualname__}" if issubclass(cls, ModelOutput) else None
-
-
-def _model_output(name: str, items: dict):
-    """The ModelOutput `name` (`_model_output_class`) with `items`, read from a file: only a ModelOutput class of
-    transformers is made, never whatever a file names; the items as a dict where that class is gone."""
-    import importlib
-    from transformers.utils import ModelOutput
-    module, _, qualname = name.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module), qualname) if module.startswith("transformers.") else None
-        return cls(**items) if isinstance(cls, type) and issubclass(cls, ModelOutput) else items
-    except (ImportError, AttributeError, TypeError):
-        return items

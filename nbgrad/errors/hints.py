@@ -9,6 +9,7 @@ import sys
 import torch
 from torch import nn
 
+from . import NbgradError
 from .naming import a_or_an
 
 MODULE_EVENTS = ("output", "input", "inputs")
@@ -94,17 +95,38 @@ def note_edit(error: BaseException, label: str, events) -> None:
                    + "; `.remove()` takes it off")
 
 
+def failed_after_replacement(error: BaseException, replacement) -> BaseException:
+    """The model failed inside torch or transformers after the cell put a value of another form in place of a
+    module's output with `.skip(v)`, or of a site's value: that is the error to show, with the form the value
+    should have had; the model's own error is kept as its cause. (After an edit of a module's `.output` the
+    model's own frames are the error, with a note: `_after_a_replacement`.)"""
+    if replacement is None or not isinstance(error, (RuntimeError, ValueError, IndexError, TypeError)) or \
+            isinstance(error, NbgradError) or not (replacement[0].skip or ".source." in replacement[0].target):
+        return error
+    use, before, after = replacement
+    given = f"a tensor of shape {list(after)}" if isinstance(after, tuple) else a_or_an(after)
+    failed = f"the model failed after that ({type(error).__name__}: {str(error).splitlines()[0][:200]})"
+    if use.skip:           # the gate's event held nothing (or, in invokes, the other invokes' values) before v
+        module = use.target[:-len(".skip")]
+        message = (f"`{module}.skip(v)` gave v {given}, and {failed}: v stands in for that module's output, so it "
+                   f"must have the form its forward returns (a tensor of the shape it returns; a tuple for many "
+                   f"attention modules). Read `{module}.output` in a cell without the skip to see it")
+    elif before == after:
+        return error
+    else:
+        expected = f"a tensor of shape {list(before)}" if isinstance(before, tuple) else a_or_an(before)
+        message = (f"{use.target}.{use.kind} is {expected}, and line {use.line} put {given} in its place; "
+                   f"{failed}. Give a value of the form the model returns there ({expected})")
+    replaced = NbgradError(message, use.line)
+    replaced.__cause__ = error
+    return replaced
+
+
 def _after_a_replacement(error, replacement) -> str | None:
     """The model failed after the cell replaced a module's output or input with a value of another shape."""
     if replacement is None or not isinstance(error, (RuntimeError, ValueError, IndexError, TypeError)):
         return None
     use, before, after = replacement
-    if use.skip:           # the gate's event held nothing (or, in invokes, the other invokes' values) before v
-        module = use.target[:-len(".skip")]
-        given = f"a tensor of shape {after}" if isinstance(after, tuple) else a_or_an(after)
-        return (f"line {use.line} skipped {module} with `.skip(v)`, v {given}, and the model failed after that: "
-                f"v stands in for that module's output, so it must have the form its forward returns (a tensor; "
-                f"a tuple for many attention modules). Read `{module}.output` in a cell without the skip to see it")
     if before == after:
         return None
     return (f"line {use.line} replaced {use.target}.{use.kind} of shape {before} with a value of shape {after}; "

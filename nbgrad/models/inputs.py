@@ -36,6 +36,8 @@ INPUT_HELP = ("INPUT may be a string or a list of strings (tokenized; a list is 
 def call_arguments(value, model: nn.Module, tokenizer=None) -> tuple:
     """(args, kwargs) for `model(*args, **kwargs)`, tensors moved to `input_device(model)`."""
     if type(value) is torch.Tensor:
+        if value.dim() == 1 and not value.is_floating_point() and _looks_up_ids(model):
+            value = value[None]         # one example's ids, as a tokenizer's `input_ids` row: a batch of one
         # The common case of a loop of cells on the same ids, in as few calls as it takes: the same ids,
         # unchanged, on the same model, unchanged, were checked already (and are integer ids, not empty).
         key = (id(value), id(model))
@@ -59,6 +61,11 @@ def call_arguments(value, model: nn.Module, tokenizer=None) -> tuple:
             return _general_arguments(value, model, tokenizer)      # empty: its InputError
         return ((value if device is None or value.device == device else value.to(device)),), {}
     return _general_arguments(value, model, tokenizer)
+
+
+def _looks_up_ids(model: nn.Module) -> bool:
+    """A transformers model, whose forward takes `input_ids` of shape [batch, sequence]."""
+    return getattr(model, "config", None) is not None and hasattr(model, "get_input_embeddings")
 
 
 def _general_arguments(value, model: nn.Module, tokenizer) -> tuple:

@@ -93,7 +93,39 @@ def bound_names(stmt: ast.stmt) -> tuple:
 
 
 def read_names(stmt: ast.AST) -> set:
-    return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    """Names the statement reads from the cell's scope: a comprehension's own variables are its own scope (a
+    later `for b in ...` rebinding the `b` of `[... for b in h]` does not touch what the comprehension read)."""
+    finder = _FreeReads()
+    finder.visit(stmt)
+    return finder.names
+
+
+class _FreeReads(ast.NodeVisitor):
+    def __init__(self):
+        self.names: set = set()
+        self.local: list = []            # the variables of each comprehension we are inside
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, ast.Load) and not any(node.id in scope for scope in self.local):
+            self.names.add(node.id)
+
+    def _comprehension(self, node):
+        generators = node.generators
+        self.visit(generators[0].iter)          # evaluated in the enclosing scope
+        scope = set()
+        self.local.append(scope)
+        for k, generator in enumerate(generators):
+            if k:
+                self.visit(generator.iter)
+            scope |= {n.id for n in ast.walk(generator.target) if isinstance(n, ast.Name)}
+            for condition in generator.ifs:
+                self.visit(condition)
+        for part in ("elt", "key", "value"):
+            if hasattr(node, part):
+                self.visit(getattr(node, part))
+        self.local.pop()
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension
 
 
 def augmented_names(stmt: ast.AST) -> set:
@@ -108,7 +140,7 @@ def grad_only_names(stmt: ast.AST) -> set:
     for node in ast.walk(stmt):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             (as_grad if id(node) in grad_roots else other).add(node.id)
-    return as_grad - other
+    return (as_grad - other) & read_names(stmt)       # not a comprehension's own variable
 
 
 def stored_names(stmt: ast.AST) -> set:

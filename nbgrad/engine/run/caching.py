@@ -3,6 +3,7 @@ input) delivered into a `Cache` as it arrives, and with `grads=True` a gradient 
 tensor when a backward pass of the cell starts."""
 from __future__ import annotations
 
+import inspect
 import weakref
 from collections.abc import Iterator, Mapping
 
@@ -29,6 +30,24 @@ def start_cache(runtime, line: int, modules="*", *, inputs: bool = False, grads:
     if grads:
         runtime.recorders.append(recorder)
     return runtime.save(cache, line, "cache(...)")
+
+
+def check_cache_call(args: tuple, kwargs: dict, line: int) -> None:
+    """`cache(...)`'s arguments as the cell wrote them, refused with what it takes (not Python's message about
+    nbgrad's own function)."""
+    options = [name for name in inspect.signature(start_cache).parameters if name not in ("runtime", "line")]
+    takes = f"cache({options[0]}, *, {', '.join(f'{name}=...' for name in options[1:])})"
+    if len(args) > 1:
+        raise NbgradError(f"{takes} takes one argument by position, the modules (a glob, a module path, a module "
+                          f"or a list of them); give the others by name", line)
+    unknown = [name for name in kwargs if name not in options]
+    if unknown:
+        raise NbgradError(f"cache(...) has no option {unknown[0]!r}: it takes {takes}", line)
+    if args and options[0] in kwargs:
+        raise NbgradError(f"cache(...) was given {options[0]} twice, by position and by name", line)
+    for flag in ("inputs", "grads"):
+        if flag in kwargs and not isinstance(kwargs[flag], bool):
+            raise NbgradError(f"cache({flag}=...) is True or False, not {kwargs[flag]!r}", line)
 
 
 def _check_when(runtime, line: int, grads: bool) -> None:

@@ -54,6 +54,15 @@ class CellState:
             if param is not None and flag is not None and param.requires_grad != flag:
                 param.requires_grad_(flag)
 
+    def unbind(self) -> None:
+        """A failed cell binds no name (saved or not): each name the body binds gets back its value from before."""
+        namespace = self.namespace
+        for name, value in self.before.items():
+            if value is _MISSING:
+                namespace.pop(name, None)
+            else:
+                namespace[name] = value
+
     def restore_namespace(self, saved_ids) -> None:
         """Unbind the traced values the body bound but did not save (remembering their names), and give
         the runtime slot back to whoever held it."""

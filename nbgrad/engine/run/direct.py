@@ -185,7 +185,10 @@ class DirectRun(OneSave, DirectEvents, HookLoops, CellState):
                           self.gradients.sources if self.gradients is not None else None)
 
     def _for_the_cell(self, error: BaseException) -> BaseException:
+        if self.thread_runtimes is not None:        # the snapshot was taken
+            self.unbind()
         error = located(error, self.uses, self.program.filename)
+        error = hints.failed_after_replacement(error, self.last_replacement)
         hints.add_hints(error, self)
         error.nbgrad_graph = run_graph(self.program, self.timeline, self.failed)
         return for_the_cell(error)

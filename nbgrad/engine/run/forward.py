@@ -12,7 +12,7 @@ from ...errors import OrderError
 from .moduletree import compiled_inner
 from .stopping import StopRun, never_came_after_stop
 from .sites import NoSourceError, Site, SiteError
-from .skips import PARTIAL, RowsSkipped, SkipGate, skipped_around, skipped_for_invoke
+from .skips import PARTIAL, RowsSkipped, SkipGate, checked_skip_value, skipped_around, skipped_for_invoke
 from .targets import target_elements
 
 HOOKABLE = (nn.Module, Site, SkipGate)   # what has events: a module, a site inside a forward, a skip
@@ -92,6 +92,8 @@ class ForwardEvents:
         key = (id(module), use.kind)
         if key in self.live:
             value, invoke = request.value, task.node.spec.invoke
+            if use.skip:
+                checked_skip_value(use, value)
             if invoke is not None and type(module) is SkipGate:     # M.skip(v) in an invoke: v is M at its rows
                 value = RowsSkipped.add(self.values[key], self.runtime.rows, invoke, value)
             elif invoke is not None:

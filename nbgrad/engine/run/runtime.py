@@ -25,7 +25,7 @@ from .hookset import HookSet
 from ..compile.program import RUNTIME_NAME, Backward, GradRead, GradWrite, Program, Read, Write
 from .result import Later, Result, SavedValues, grad_pairs, saved_by_name
 from .scheduler import AFTER_FORWARD, FORWARD, Scheduler
-from .caching import start_cache
+from .caching import check_cache_call, start_cache
 from .stopping import StopRun, request_stop
 from .sites import source_of
 from .skips import skip_of
@@ -79,11 +79,12 @@ class Runtime:
 
     def cache(self, line, *args, **kwargs):
         """`cache(...)` in the cell (see caching.py)."""
+        check_cache_call(args, kwargs, line)
         return start_cache(self, line, *args, **kwargs)
 
-    def stop(self, line):
+    def stop(self, line, *args, **kwargs):
         """`stop()` in the cell (see stopping.py)."""
-        request_stop(self, line)
+        request_stop(self, line, *args, **kwargs)
 
     # --- entry points ---------------------------------------------------------------------------
 
@@ -173,7 +174,10 @@ class Runtime:
                 self._exit()         # idempotent
 
     def _for_the_cell(self, error: BaseException) -> BaseException:
+        if self.state is not None:
+            self.state.unbind()
         error = located(error, self.program.uses, self.program.filename)
+        error = hints.failed_after_replacement(error, self.forward.last_replacement)
         hints.add_hints(error, self.forward)
         try:
             error.nbgrad_graph = self.graph()      # what ran, and which statement failed

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from ...errors import NbgradError
+from ...errors.naming import a_or_an
 
 NOT_SKIPPED = None        # what the gate's event holds until a statement writes the output
 
@@ -84,6 +85,19 @@ class SkipGate:
     def _forward(self, module):
         before = self.given[0] if self.given is not None else ABSENT
         return self.inner or (before if before is not ABSENT else types.MethodType(type(module).forward, module))
+
+
+def checked_skip_value(use, value):
+    """`M.skip(v)`'s v, refused when it cannot stand in for a module's output (None is what "not skipped"
+    holds, so it would be ignored in silence)."""
+    if isinstance(value, (Tensor, tuple, list, dict)):
+        return value
+    module = use.target[:-len(".skip")]
+    takes = (f"`{module}.skip(v)` takes the value that {module}'s output becomes while it does not run: a tensor "
+             f"of the shape its forward returns (a tuple for many attention modules)")
+    if value is None:
+        raise NbgradError(f"{takes}; None is no output. To let it run, leave the skip out", use.line)
+    raise NbgradError(f"{takes}, not {a_or_an(type(value).__name__)}", use.line)
 
 
 class RowsSkipped:

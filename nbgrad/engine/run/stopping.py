@@ -11,8 +11,13 @@ class StopRun(BaseException):
     `except Exception` cannot swallow it."""
 
 
-def request_stop(runtime, line: int) -> None:
+def request_stop(runtime, line: int, *args, **kwargs) -> None:
     """`stop()`: the forward call ends after the current statement; after the forward pass it does nothing."""
+    if args or kwargs:
+        given = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+        raise NbgradError(f"stop() takes no arguments (given: {given}): it ends the model run once the statement "
+                          f"that calls it has run. To stop after a module, call stop() after the line that reads "
+                          f"that module's output", line)
     if runtime.stepping:
         raise NbgradError("stop() ends a %%trace run; %%generate runs the model once per new token: use "
                           "--max-new-tokens, or %%trace the prompt to stop inside one forward call", line)
