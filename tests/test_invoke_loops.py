@@ -145,3 +145,23 @@ def test_an_invoke_in_a_loop_with_break_is_still_refused(model):
                                   "        x = model.lm_head.output.save()\n    break", {"model": model})
     assert "line 2: `with invoke(...)` must stand at the top level of the cell or in a `for` loop there" \
            in str(caught.value)
+
+
+@pytest.mark.parametrize("loop", ["for prompt, block in zip(prompts, model.transformer.h):\n    with invoke(prompt):",
+                                  "for i, block in enumerate(model.transformer.h[:3]):\n    with invoke(prompts[i]):"])
+def test_each_invoke_of_a_loop_takes_its_own_input_and_module(model, loop):
+    prompts = [CLEAN, "Paris", CORRUPT]
+    namespace = {"model": model, "prompts": prompts}
+    result = nbgrad.trace(model, None, f"last = []\n{loop}\n        last.append(block.output[:, -1].save())",
+                          namespace, no_grad=True)
+    assert result.invokes == prompts
+    for i, prompt in enumerate(prompts):
+        ids = nbgrad.tokenizer_for(model)(prompt, return_tensors="pt")["input_ids"]
+        seen = {}
+        handle = model.transformer.h[i].register_forward_hook(lambda m, a, o: seen.__setitem__("out", o))
+        try:
+            with torch.no_grad():
+                model(ids)
+        finally:
+            handle.remove()
+        assert torch.allclose(namespace["last"][i], seen["out"][:, -1], atol=1e-5), prompt
