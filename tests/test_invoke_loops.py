@@ -165,3 +165,14 @@ def test_each_invoke_of_a_loop_takes_its_own_input_and_module(model, loop):
         finally:
             handle.remove()
         assert torch.allclose(namespace["last"][i], seen["out"][:, -1], atol=1e-5), prompt
+
+
+def test_an_error_in_an_unrolled_loop_leaves_no_name_of_its_copies_and_a_clean_model(model):
+    before = model_state(model)
+    namespace = {"model": model}
+    with pytest.raises(ZeroDivisionError):
+        nbgrad.trace(model, None, "for i in range(2):\n    with invoke('Paris'):\n"
+                                  "        x = model.transformer.h[i].output.save()\n        y = 1 / 0", namespace)
+    assert not [name for name in namespace if name.startswith("_nbgrad")]
+    assert_clean(model, before)
+    assert nbgrad.trace(model, "Paris", "z = model.lm_head.output.save()", namespace).saved["z"].shape[0] == 1
