@@ -11,6 +11,7 @@ from .engine.compile.compiler import compile_cell
 from .engine.compile.editable import check_edit
 from .engine.compile.helpers import compile_with_helpers
 from .engine.compile.pasted import NAME as TRACER, rewritten
+from .engine.compile.unroll import NeedsElements
 from .engine.run import checks
 from .engine.run.cache import Cache
 from .engine.run.result import Result
@@ -58,11 +59,13 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
             or model_factory is not None):
         checks.dataset_options_alone(batch_size=batch_size, out=out, engine=engine, workers=workers, column=column,
                                      model_factory=model_factory)
-    # The common cell in as few Python calls as it takes: each costs microseconds, cold, between two forward
-    # passes (bench/overhead.py), so what only some cells need is asked for only by them.
+    # The common cell in few Python calls (microseconds each, cold: bench/overhead.py): what some cells need, they ask
     if not isinstance(model, nn.Module) or (namespace is not None and not isinstance(namespace, dict)):
         checks.trace_arguments(model, namespace)
-    program = compile_cell(source, "trace")
+    try:
+        program = compile_cell(source, "trace")
+    except NeedsElements:        # a loop that makes invokes: unrolled over its elements in the notebook's names
+        program = compile_with_helpers(source, "trace", namespace := default_namespace(namespace, model))
     if program.called_names and namespace is not None:
         program = compile_with_helpers(source, "trace", namespace)
     if graph:

@@ -238,7 +238,7 @@ with invoke({SHORT!r}):
     (f"with invoke({SHORT!r}):\n    x = model.lm_head.output.save()", {"input": SHORT},
      "line 1: INPUT on the %%trace line and `with invoke(...)` blocks together"),
     (f"x = 1\nif True:\n    with invoke({SHORT!r}):\n        y = model.lm_head.output.save()", {},
-     "line 3: `with invoke(...)` must stand at the top level of the cell"),
+     "line 3: `with invoke(...)` must stand at the top level of the cell or in a `for` loop there"),
     (f"with invoke({SHORT!r}):\n    x = 1\nwith invoke([]):\n    y = model.lm_head.output.save()", {},
      "line 3: invoke([]) has no rows"),
     (f"with invoke(''):\n    x = model.lm_head.output.save()", {}, "line 1: invoke('') has an empty prompt"),

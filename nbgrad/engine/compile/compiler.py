@@ -13,8 +13,7 @@ import types
 from functools import lru_cache
 
 from .cellast import (MODULE_EVENTS, calls_nothing, can_pause_in, generator_function, is_backward_block,
-                      is_backward_call, is_invoke_block, is_path, loop_sources, opens_source, position,
-                      walk_cell_level)
+                      is_backward_call, is_invoke_block, is_path, loop_sources, opens_source, position, walk_cell_level)
 from .dataflow import (add_dependencies, augmented_names, bound_names, cache_names, grad_only_names, helper_names,
                        mark_waits, read_names, stored_names, written_events)
 from ...errors import NbgradError, register_cell_source
@@ -28,14 +27,15 @@ from .keeping import keeps_only, one_save
 from .rewrite import Rewriter
 from .targets import forward_targets
 from .siteaccess import open_sources
+from .unroll import LOOP_PREFIX, misplaced_invoke, source_text, unrolled
 
 _serial = 0
 
 
 @lru_cache(maxsize=256)
-def compile_cell(source: str, mode: str = "trace", helpers: tuple = ()) -> Program:
-    """Compile (cached by text): the same cell run again pays no compile cost. `helpers`: (name, source)
-    of functions defined in earlier cells that the cell calls directly and that read events (helpers.py)."""
+def compile_cell(source: str, mode: str = "trace", helpers: tuple = (), elements: tuple | None = None) -> Program:
+    """Compile (cached by text): the same cell run again pays no compile cost. `helpers`: (name, source) of functions
+    from earlier cells that it calls and that read events (helpers.py); `elements`: of its loops to unroll (unroll.py)."""
     global _serial
     source = textwrap.dedent(source)
     _serial += 1
@@ -46,6 +46,7 @@ def compile_cell(source: str, mode: str = "trace", helpers: tuple = ()) -> Progr
     except SyntaxError as error:
         error.filename = filename
         raise
+    module.body = unrolled(module.body, elements)
     return _Builder(source, mode, filename, helpers).build(open_sources(module).body)
 
 
@@ -126,7 +127,7 @@ class _Builder:
             specs[index].deps = tuple(range(index))
         mark_waits(specs, caches, flat_statements)
         graph = HookGraph(nodes=specs, passes=self.passes, caches=[spec.line for spec in specs if spec.binds & caches])
-        bound = frozenset(n for n in all_bound if not n.startswith(TEMP_PREFIX))
+        bound = frozenset(n for n in all_bound if not n.startswith((TEMP_PREFIX, LOOP_PREFIX)))
         targets = forward_targets(self, free, alias_at)      # before `hooked_ahead` is read
         return Program(self.source, self.mode, self.filename, graph, nodes, self.uses, forward_targets=targets,
                        grad_targets=self.grad_targets, bound_names=bound, invokes=self.invokes, calls_nothing=plain,
@@ -207,8 +208,7 @@ class _Builder:
         for stmt in body:
             if self.mode == "trace" and is_invoke_block(stmt):
                 if not top or invoke is not None:
-                    raise NbgradError("`with invoke(...)` must stand at the top level of the cell, "
-                                      "not inside another statement", stmt.lineno)
+                    raise misplaced_invoke(stmt.lineno)
                 flat.extend(self._flatten(stmt.body, self._add_invoke(stmt), top=False))
             elif self.mode == "trace" and is_backward_block(stmt):
                 index = self.pass_at[position(stmt.items[0].context_expr)]
@@ -274,7 +274,7 @@ class _Builder:
         return f"{TEMP_PREFIX}{what}_{self._temps}"
 
     def _text(self, node: ast.AST) -> str:
-        return ast.get_source_segment(self.source, node) or ast.unparse(node)
+        return source_text(self.source, node)
 
     def _eval_code(self, expr: ast.expr) -> types.CodeType:
         return compile(ast.fix_missing_locations(ast.Expression(body=expr)), self.filename, "eval")

@@ -11,15 +11,21 @@ from functools import lru_cache
 
 from .cellast import can_pause_in
 from .compiler import compile_cell
+from .unroll import NeedsElements, elements_of
 
 
 def compile_with_helpers(source: str, mode: str, namespace: dict | None):
-    """The cell's Program, with the helpers it calls directly (if any) compiled into it."""
-    program = compile_cell(source, mode)
+    """The cell's Program, with the helpers it calls directly (if any) compiled into it, and its loops that make
+    invokes or rebind a name whose `.grad` it reads unrolled over their elements in `namespace` (unroll.py)."""
+    try:
+        program, elements = compile_cell(source, mode), None
+    except NeedsElements:
+        elements = elements_of(ast.parse(textwrap.dedent(source)).body, namespace if namespace is not None else {})
+        program = compile_cell(source, mode, (), elements)
     if namespace is None or not program.called_names:      # the common cell: one cached compile, no lookup
         return program
     helpers = _helpers_of(program, namespace)
-    return compile_cell(source, mode, helpers) if helpers else program
+    return compile_cell(source, mode, helpers, elements) if helpers else program
 
 
 def called_helpers(source: str, mode: str, namespace: dict | None) -> tuple:

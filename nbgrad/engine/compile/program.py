@@ -20,6 +20,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
+from .unroll import LOOP_PREFIX
 from .graph import HookGraph, Node
 
 RUNTIME_NAME = "__nbgrad__"       # the name under which compiled code finds the running Runtime
@@ -149,8 +150,12 @@ class Program:
     # or depend on when it runs, so a run may log the events and run the statements on the log after the model has
     # run (run/direct.py), as they would have run inside the hooks
     quiet: bool = field(init=False, default=False)
+    # Each iteration's own bindings in a loop unrolled before compiling (unroll.py): never left in the namespace
+    loop_names: frozenset = field(init=False, default=frozenset())
 
     def __post_init__(self):
+        self.loop_names = frozenset(name for node in self.graph.nodes for name in node.binds
+                                    if name.startswith(LOOP_PREFIX))
         self.late_targets = [target for target in self.forward_targets if target.needs]
         self.has_gradients = bool(self.graph.passes) or any(use.kind == "grad" for use in self.uses)
         self.row_zero = any(use.row_zero for use in self.uses)

@@ -9,6 +9,7 @@ from .cellast import (MODULE_EVENTS, const, generator_function, is_backward_bloc
                       touches_events)
 from ...errors import NbgradError
 from .containers import element_index
+from .unroll import misplaced_invoke
 from .program import RUNTIME_NAME, TEMP_PREFIX
 from .dataflow import written_events
 from .targets import Call, parameters
@@ -135,8 +136,7 @@ class Rewriter(ast.NodeTransformer):
 
     def visit_With(self, node):
         if is_invoke_block(node):
-            raise NbgradError("`with invoke(...)` must stand at the top level of the cell, "
-                              "not inside another statement", node.lineno)
+            raise misplaced_invoke(node.lineno)
         if is_backward_block(node):
             raise NbgradError("`with ....backward():` must stand at the top level of the cell, "
                               "not inside another statement", node.lineno)

@@ -29,7 +29,7 @@ class CellState:
     """A snapshot taken before the cell runs (reading only), given back by `restore_*` after it. Every
     restore is idempotent: clean-up may run it again after an interrupt cut it short. (A direct run is its
     own CellState: one object less in every cell.)"""
-    __slots__ = ("namespace", "grad_mode", "columns", "flags", "before", "outer_runtime")
+    __slots__ = ("namespace", "grad_mode", "columns", "flags", "before", "outer_runtime", "loop_names")
 
     def __init__(self, program, namespace: dict, model: nn.Module | None, active: list):
         self.namespace = namespace
@@ -37,6 +37,7 @@ class CellState:
         # A cell that calls nothing cannot change a flag: reading them (twice) is most of a small cell's cost.
         self.columns = parameter_columns(model) if model is not None and not program.calls_nothing else None
         self.flags = _flags(self.columns) if self.columns is not None else None
+        self.loop_names = program.loop_names
         self.before = before = {}        # a loop, not a comprehension: one call less, before every cell
         for name in program.bound_names:
             before[name] = namespace.get(name, _MISSING)
@@ -68,6 +69,8 @@ class CellState:
         the runtime slot back to whoever held it."""
         # made (or made the most recent of those kept) for the first name to remember, not for every cell
         unsaved, fresh = _unsaved.get(id(self.namespace)), False
+        for name in self.loop_names:     # an unrolled loop's own bindings: its names hold the last ones
+            self.namespace.pop(name, None)
         for name in list(self.before):
             value = self.namespace.get(name, _MISSING)
             if (value is _MISSING or value is self.before[name] or id(value) in saved_ids
