@@ -261,11 +261,15 @@ def split_caches(result, tokenizer=None) -> tuple:
     return rest, [CachePanel(cache.summary(), title=name, tokens=tokens) for name, cache in caches.items()]
 
 
+NOT_RUN = "--graph: the cell was not run (no model call, nothing saved); run it without --graph to run it"
+
+
 def _show_graph(graph, title: str) -> None:
-    """`--graph`: the hook graph as a picture, its text form beside it (what a terminal prints)."""
+    """`--graph`: the hook graph as a picture, its text form beside it (what a terminal prints); both say that
+    the cell was not run."""
     from IPython.display import display
     from ..views.hookgraph import HookGraphPicture
-    display(HookGraphPicture(graph.to_dict(), graph.to_text(), title))
+    display(HookGraphPicture(graph.to_dict(), graph.to_text(), title, note=NOT_RUN))
 
 
 def _explain_unsaved(shell, etype, value, tb, tb_offset=None):
