@@ -68,4 +68,7 @@ def test_graph_option_says_the_cell_was_not_run(shell, tiny, ids):
         shell.display_pub = publisher
     assert "a" not in shell.user_ns
     assert data["text/plain"].startswith("--graph: the cell was not run")
-    assert "the cell was not run" in data["image/svg+xml"]
+    svg = data["image/svg+xml"]
+    assert "the cell was not run" in svg
+    title = next(t.text for t in ElementTree.fromstring(svg).iter(f"{SVG}text") if "not run" in t.text)
+    assert 12 + 8 * len(title) <= float(ElementTree.fromstring(svg).get("width"))     # the svg holds its whole title

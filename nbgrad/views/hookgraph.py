@@ -174,7 +174,8 @@ def hook_graph_svg(graph: dict, title: str = "") -> str:
                     _legend(graph), *groups,
                     *_event_arrows(graph, where["event_y"], node_y, box), *_event_boxes(where["event_y"]),
                     *statements, *(_name_arrow(arrow, node_y, box) for arrow in where["arrows"])])
-    width, height = where["width"], where["height"]
+    # as wide as the title (13 px bold monospace, about 8 px a character): a long magic line is never cut off
+    width, height = max(where["width"], EVENT_X + 8 * len(title or "hook graph") + 12), where["height"]
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}" style="background:#fff">{body}</svg>')
 
