@@ -4,7 +4,9 @@ PROMPT = "The Eiffel Tower is in the city of"
 SETUP = ("%load_ext nbgrad\nimport torch, nbgrad\nmodel = nbgrad.load_model()\n"
          "eager = nbgrad.load_model(attn_implementation='eager')\ntokenizer = nbgrad.tokenizer_for(model)\n"
          f"tokens = [tokenizer.decode([i]) for i in tokenizer({PROMPT!r})['input_ids']]\n"
-         "texts = ['The cat sat', 'A dog ran far', 'One two', 'Red sky at night']")
+         "texts = ['The cat sat', 'A dog ran far', 'One two', 'Red sky at night']\n"
+         "for module in model.modules():     # leftovers the sidebar must not list as models\n    pass\n"
+         "attn_module = model.transformer.h[0].attn")
 ATTENTION = (f'%%trace eager "{PROMPT}" -q\n'
              "attn = eager.transformer.h[0].attn.source.attention_interface_1\n"
              "pattern = attn.source.nn_functional_softmax_0.output.save()\n"
