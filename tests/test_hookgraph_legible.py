@@ -72,3 +72,14 @@ def test_graph_option_says_the_cell_was_not_run(shell, tiny, ids):
     assert "the cell was not run" in svg
     title = next(t.text for t in ElementTree.fromstring(svg).iter(f"{SVG}text") if "not run" in t.text)
     assert 12 + 8 * len(title) <= float(ElementTree.fromstring(svg).get("width"))     # the svg holds its whole title
+
+
+def test_a_long_event_name_is_drawn_whole_inside_its_box(default_model):
+    from nbgrad.views.hookgraph_layout import EVENT_W
+    cell = "q = model.transformer.h[3].attn.c_attn.output.save()\nm = model.transformer.h[0].output.save()"
+    svg = hook_graph_svg(nbgrad.trace(default_model, "The cat", cell, no_grad=True).graph.to_dict())
+    names = {g.get("data-event"): g.find(f"{SVG}text") for g in groups(svg, "nbg-event")}
+    long = names["model.transformer.h[3].attn.c_attn.output"]
+    assert long.text == "model.transformer.h[3].attn.c_attn.output"            # whole, not cut
+    assert float(long.get("textLength")) == EVENT_W - 16 and long.get("lengthAdjust") == "spacingAndGlyphs"
+    assert names["model.transformer.h[0].output"].get("textLength") is None     # one that fits is drawn as it is

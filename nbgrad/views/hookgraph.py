@@ -7,8 +7,8 @@ from __future__ import annotations
 from html import escape
 
 from .tokens import shorten
-from .hookgraph_layout import (EVENT_H, EVENT_W, EVENT_X, LINE_H, STATEMENT_W, STATEMENT_X, cache_boxes, label_of,
-                               layout, statement_lines)
+from .hookgraph_layout import (EVENT_H, EVENT_W, EVENT_X, LINE_H, STATEMENT_W, STATEMENT_X, TEXT_W, cache_boxes,
+                               label_of, layout, statement_lines)
 
 # (row pitch, box height): a run's picture gives each statement a second line, what ran when
 ONE_LINE, TWO_LINES = (34, 24), (46, 38)
@@ -50,8 +50,18 @@ def _event_boxes(event_y: dict) -> list:
         colour = phase_colour("backward pass 0" if event.endswith(".grad") else "forward")
         parts.append(f'<g class="nbg-event" data-event="{escape(event)}"><rect x="{EVENT_X}" y="{y}" '
                      f'width="{EVENT_W}" height="{EVENT_H}" rx="4" fill="#fff" stroke="{colour}"/>'
-                     + _text(EVENT_X + 8, y + 16, event[:38], colour=colour) + "</g>")
+                     + _event_text(event, y + 16, colour) + "</g>")
     return parts
+
+
+def _event_text(event: str, y: int, colour: str) -> str:
+    """An event's name in its box, whole: a name longer than the box holds is drawn narrower to fit it
+    (SVG's textLength), never cut."""
+    room = EVENT_W - 16
+    text = _text(EVENT_X + 8, y, event, colour=colour)
+    if len(event) * TEXT_W <= room:
+        return text
+    return text.replace("<text ", f'<text textLength="{room}" lengthAdjust="spacingAndGlyphs" ', 1)
 
 
 def _chips(ran: list, x: int, y: int) -> str:
