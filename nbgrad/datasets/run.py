@@ -5,6 +5,7 @@ list with one value per example, in dataset order."""
 from __future__ import annotations
 
 import contextlib
+import sys
 
 from ..engine.compile.compiler import compile_cell
 from ..engine.compile.helpers import called_helpers
@@ -108,9 +109,11 @@ def _gather(gathered: dict, start: int, per_example: list) -> None:
 
 @contextlib.contextmanager
 def _progress(total, shown: bool):
-    """A `tqdm.auto` bar counting examples (after a second, so a short run shows none)."""
-    from tqdm.auto import tqdm
-    bar = tqdm(total=total, desc="examples", unit="example", delay=1.0, disable=not shown)
+    """A text bar counting examples (after a second, so a short run shows none). tqdm's text form, not its
+    notebook widget: a notebook keeps the bar's last line as plain output, which a saved or exported notebook
+    shows with no kernel and no network (the widget's script comes from a CDN, and offline it is an empty box)."""
+    from tqdm.std import tqdm
+    bar = tqdm(total=total, desc="examples", unit="example", delay=1.0, disable=not shown, file=sys.stderr)
     try:
         yield bar
     finally:

@@ -3,6 +3,7 @@ note, so its type and message stay as Python made them) or printed beside a valu
 not what the cell meant."""
 from __future__ import annotations
 
+import difflib
 import re
 import sys
 
@@ -15,6 +16,8 @@ from .naming import a_or_an
 MODULE_EVENTS = ("output", "input", "inputs")
 _NO_EVENT = re.compile(r"'(\w+)' object has no attribute '(output|inputs|input)'")
 _NO_SKIP = re.compile(r"'(\w+)' object has no attribute 'skip'")
+_NO_ATTRIBUTE = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
+EVENT_LIKE = (*MODULE_EVENTS, "source", "skip")     # what a %%trace cell reads or calls on a module
 _CALLED_ONLY = ("cache", "stop")      # names a body has only as calls (compile/rewrite.py, RUNTIME_CALLS)
 
 
@@ -23,7 +26,7 @@ def add_hints(error: BaseException, events) -> None:
     its reads (the runtime's ForwardEvents, or a direct run), with what they returned of note."""
     if not isinstance(error, Exception) or getattr(error, "_nbgrad_hinted", False):
         return
-    hints = [_event_outside_the_cell(error), _skip_not_a_statement(error), _not_called(error),
+    hints = [_misspelled_event(error), _event_outside_the_cell(error), _skip_not_a_statement(error), _not_called(error),
              _tuple_as_tensor(error, events.tuple_reads), _not_a_tensor(error, events.other_reads),
              _after_a_replacement(error, events.last_replacement)]
     for hint in filter(None, hints):
@@ -43,6 +46,41 @@ def _event_outside_the_cell(error) -> str | None:
             f"with the plain functions (defined at the top level of this cell or an earlier one) that the cell "
             f"calls directly. This one was read inside a function called some other way (passed to map or a "
             f"library, or called by another function): read it in the cell and pass the value to the function")
+
+
+def _misspelled_event(error) -> str | None:
+    """`net[0].outptu`: a module's attribute that is no attribute of it but near an event's name."""
+    found = _NO_ATTRIBUTE.search(str(error)) if isinstance(error, AttributeError) else None
+    if found is None or found.group(2) in EVENT_LIKE or not isinstance(_raised_by(error), nn.Module):
+        return None
+    near = difflib.get_close_matches(found.group(2), EVENT_LIKE, n=1, cutoff=0.6)
+    if not near:
+        return None
+    line = _cell_line(error)
+    where = f"line {line}: " if line else ""
+    return (f"{where}{found.group(1)} has no attribute `.{found.group(2)}`: did you mean `.{near[0]}`? "
+            f"(a module's events: {', '.join('.' + e for e in MODULE_EVENTS)})")
+
+
+def _raised_by(error):
+    """The object whose method raised `error`: `self` of the innermost frame of its traceback (torch's
+    `Module.__getattr__` raises it with no `obj` attached)."""
+    if getattr(error, "obj", None) is not None:
+        return error.obj
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_locals.get("self") if tb is not None else None
+
+
+def _cell_line(error) -> int | None:
+    """The cell's line the error was raised on (the innermost frame of the compiled cell)."""
+    line, tb = None, error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.startswith("<nbgrad-cell"):
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
 
 
 def _skip_not_a_statement(error) -> str | None:

@@ -86,10 +86,15 @@ def after_cell(shell, model, result) -> None:
 
 
 def models_in(namespace: dict) -> list:
-    """The tree of each module in the namespace; one that cannot be walked says why instead."""
+    """The tree of each module in the namespace; one that cannot be walked says why instead. A name bound to a
+    submodule of another module there (a loop's leftover `module`, `attn_module = model...attn`) is no model
+    of its own: it is in that model's tree already."""
     models = []
-    for name, value in list(namespace.items()):
-        if isinstance(name, str) and not name.startswith("_") and _is_module(value):
+    found = [(name, value) for name, value in list(namespace.items())
+             if isinstance(name, str) and not name.startswith("_") and _is_module(value)]
+    inside = _submodules_of([value for _, value in found])
+    for name, value in found:
+        if id(value) not in inside:
             try:
                 models.append(module_tree(name, value))
             except Exception as error:
@@ -97,6 +102,17 @@ def models_in(namespace: dict) -> list:
                                "total": 0, "output": None, "grad": None, "children": [],
                                "error": _brief(error)})
     return models
+
+
+def _submodules_of(modules: list) -> set:
+    """ids of every module strictly inside one of `modules` (not the modules themselves, unless one holds another)."""
+    inside = set()
+    for module in modules:
+        try:
+            inside.update(id(sub) for sub in module.modules() if sub is not module)
+        except Exception:       # a module that cannot be walked is listed with its error, not used to hide others
+            continue
+    return inside
 
 
 def _is_module(value) -> bool:

@@ -52,17 +52,17 @@ def trace_over_line(magics, model, model_name: str, input_text, args, cell: str,
     if not args.quiet and result.saved:
         names = ", ".join(f"{name} ({len(values)} values)" for name, values in result.saved.items())
         print(f"nbgrad: saved, one value per example: {names}" + (f"; in {out}" if out else ""))
-        _display(result.saved, f"%%trace {model_name} --over {args.over}", tokenizer, model)
+        _display(result.saved, f"%%trace {model_name} --over {args.over}", tokenizer, cell, model)
 
 
-def _display(saved: dict, title: str, tokenizer, model=None) -> None:
+def _display(saved: dict, title: str, tokenizer, cell: str = "", model=None) -> None:
     """The values as a panel, examples stacked (views/dataset.py); a Cache name shows its first example's cache."""
     from IPython.display import display
     from ..engine.run.cache import Cache
     from ..views.cache import CachePanel
     from ..views.dataset import dataset_panel
     caches = [name for name, values in saved.items() if len(values) and isinstance(values[0], Cache)]
-    panel = dataset_panel(saved, title, tokenizer, skip=caches)
+    panel = dataset_panel(saved, title, tokenizer, skip=caches, cell=cell)
     from .provenance import footed
     if panel is not None:
         display(footed(panel, model, title))

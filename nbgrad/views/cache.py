@@ -1,6 +1,7 @@
 """The Cache panel: one row per cached module, the norm of its output at each position as a heatmap
 (sequential colours), gradient × activation rows in diverging colours centred on zero, and the memory the
-cache holds. Static HTML (hover a cell for its value) and plain text: a saved notebook still shows it.
+cache holds. Each row has its own colour scale, written at its end: one shared scale would let the largest
+rows (the logits) flatten every other row to one colour, and make small gradients look like none. Static HTML (hover a cell for its value) and plain text: a saved notebook still shows it.
 Takes plain data (`Cache.summary()`); every label is escaped text, never markup."""
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import html
 
 import numpy as np
 
-from .palette import SEQUENTIAL, diverging_rgb
-from .tokens import legend_html, visible
+from .palette import DIVERGING, SEQUENTIAL, diverging_rgb
+from .tokens import visible
 
 MAX_CELLS = 8192       # cells in the HTML (about 70 bytes each): a panel stays well under Jupyter's 1 MB/s
 ROW_HEAD = "text-align:right;font-weight:normal;font-family:monospace;font-size:10px;padding-right:4px"
+RANGE_STYLE = "text-align:left;font-weight:normal;font-family:monospace;font-size:10px;padding-left:6px;color:#555"
 
 
 class CachePanel:
@@ -34,31 +36,45 @@ class CachePanel:
         return "\n".join(lines)
 
     def html(self) -> str:
-        norms = [v for row in self.rows if not row["signed"] for v in row["values"]]
-        signed = [abs(v) for row in self.rows if row["signed"] for v in row["values"]]
-        top, bound = max(norms, default=0.0) or 1.0, max(signed, default=0.0) or 1.0
-        lines = [self._header()] + [self._row(row, top, bound) for row in self.rows]
+        lines = [self._header()] + [self._row(row) for row in self.rows]
         notes = f'<div style="font-size:11px">{self.hidden_rows} more rows not shown</div>' if self.hidden_rows else ""
-        legend = legend_html(bound, "gradient × activation rows; hover a cell for its value") if signed else ""
         title = f"<b>{html.escape(self.title)}</b> · " if self.title else ""
         return (f'<div class="nbgrad-cache" style="font-family:sans-serif;font-size:12px">'
-                f"<div>{title}Cache: {self.modules} modules, {html.escape(self.memory)} · norm per "
-                f"position (0 … {top:.3g})</div><table style=\"border-collapse:collapse\">{''.join(lines)}</table>"
-                f"{legend}{notes}</div>")
+                f"<div>{title}Cache: {self.modules} modules, {html.escape(self.memory)} · norm per position, "
+                f"each row on its own colour scale (its range at the row's end)</div>"
+                f"<table style=\"border-collapse:collapse\">{''.join(lines)}</table>"
+                f"{self._colour_bars()}{notes}</div>")
+
+    def _colour_bars(self) -> str:
+        """What the colours mean: 0 to the row's largest norm; for gradient × activation rows, ± the row's
+        largest |value| with white at 0."""
+        bars = [_bar(SEQUENTIAL, "0", "the row's max", "norm rows")]
+        if any(row["signed"] for row in self.rows):
+            bars.append(_bar(DIVERGING, "−max |value|", "+max |value|",
+                             "gradient × activation rows: blue = negative, white = 0, red = positive"))
+        return (f'<div class="nbgrad-colour-bar" style="font-size:11px;color:#444;margin-top:4px">'
+                f"{' &nbsp; '.join(bars)} · hover a cell for its value</div>")
 
     def _header(self) -> str:
         width = max((len(row["values"]) for row in self.rows), default=0)
         labels = self.tokens[-width:] if self.tokens and len(self.tokens) >= width else [str(i) for i in range(width)]
         cells = "".join(f'<th style="font-weight:normal;font-family:monospace;font-size:10px;white-space:pre">'
                         f"{html.escape(visible(label))}</th>" for label in labels)
-        return f"<tr><th></th>{cells}</tr>"
+        return f'<tr><th></th>{cells}<th style="{RANGE_STYLE}">row scale</th></tr>'
 
-    def _row(self, row: dict, top: float, bound: float) -> str:
+    def _row(self, row: dict) -> str:
         values = row["values"]
-        colours = diverging_rgb(values, bound) if row["signed"] else _sequential(values, top)
+        finite = np.nan_to_num(np.asarray(values, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+        if row["signed"]:
+            bound = float(np.abs(finite).max(initial=0.0)) or 1.0
+            colours, scale = diverging_rgb(finite, bound), f"±{bound:.3g}"
+        else:
+            top = float(finite.max(initial=0.0)) or 1.0
+            colours, scale = _sequential(finite, top), f"0 … {top:.3g}"
         cells = "".join(f'<td title="{index}: {value:.4g}" style="background:#{r:02x}{g:02x}{b:02x};width:14px;'
                         f'height:12px;padding:0"></td>' for index, (value, (r, g, b)) in enumerate(zip(values, colours)))
-        return f'<tr><th style="{ROW_HEAD}">{html.escape(row["path"])}</th>{cells}</tr>'
+        return (f'<tr><th style="{ROW_HEAD}">{html.escape(row["path"])}</th>{cells}'
+                f'<td class="nbgrad-row-scale" style="{RANGE_STYLE}">{scale}</td></tr>')
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         return {"text/html": self.html(), "text/plain": self.text()}
@@ -67,6 +83,12 @@ class CachePanel:
         return self.text()
 
 
-def _sequential(values: list, top: float) -> list:
+def _bar(colours, low: str, high: str, what: str) -> str:
+    swatches = "".join(f'<span style="display:inline-block;width:6px;height:10px;background:#{r:02x}{g:02x}{b:02x}">'
+                       f"</span>" for r, g, b in colours[::16])
+    return f"{what}: {low} {swatches} {high}"
+
+
+def _sequential(values, top: float) -> list:
     levels = np.clip(np.round(np.nan_to_num(np.asarray(values, dtype=np.float64)) / top * 255), 0, 255).astype(int)
     return [tuple(int(c) for c in SEQUENTIAL[level]) for level in levels]

@@ -14,9 +14,19 @@ PASS_THROUGH = {"save", "clone", "detach", "cpu", "float", "double", "contiguous
 
 def gradient_targets(graph, names) -> dict:
     """saved name -> source text of the tensor whose `.grad` it holds ("" inside a comprehension)."""
+    sources = [getattr(node, "source", "") for node in getattr(graph, "nodes", ()) or ()]
+    return _targets(sources, names)
+
+
+def gradient_targets_in_cell(cell: str, names) -> dict:
+    """The same, read from a cell's whole text (a dataset run, whose panel has no graph at hand)."""
+    return _targets([cell], names)
+
+
+def _targets(sources: list, names) -> dict:
     bound = {}
-    for node in getattr(graph, "nodes", ()) or ():
-        for target, of in _gradient_assignments(getattr(node, "source", "")):
+    for source in sources:
+        for target, of in _gradient_assignments(source):
             bound[target] = of
     found = {}
     for name in names:

@@ -7,14 +7,14 @@ from __future__ import annotations
 from html import escape
 
 from .tokens import shorten
-from .hookgraph_layout import EVENT_H, EVENT_W, EVENT_X, STATEMENT_W, STATEMENT_X, cache_boxes, label_of, layout
+from .hookgraph_layout import (EVENT_H, EVENT_W, EVENT_X, LINE_H, STATEMENT_W, STATEMENT_X, TEXT_W, cache_boxes,
+                               label_of, layout, statement_lines)
 
 # (row pitch, box height): a run's picture gives each statement a second line, what ran when
 ONE_LINE, TWO_LINES = (34, 24), (46, 38)
 FORWARD, BEFORE, NAME_ARROW = "#2b6cb0", "#718096", "#2f855a"
 BACKWARD = ("#c05621", "#805ad5", "#b83280", "#975a16")      # pass 0, 1, 2, 3, then again
 MAX_CHIPS = 6
-WAITS_FOR_CACHE = {"forward": "[after the forward pass] ", "pass": "[after its pass] "}
 
 
 def phase_colour(phase: str) -> str:
@@ -50,8 +50,18 @@ def _event_boxes(event_y: dict) -> list:
         colour = phase_colour("backward pass 0" if event.endswith(".grad") else "forward")
         parts.append(f'<g class="nbg-event" data-event="{escape(event)}"><rect x="{EVENT_X}" y="{y}" '
                      f'width="{EVENT_W}" height="{EVENT_H}" rx="4" fill="#fff" stroke="{colour}"/>'
-                     + _text(EVENT_X + 8, y + 16, event[:38], colour=colour) + "</g>")
+                     + _event_text(event, y + 16, colour) + "</g>")
     return parts
+
+
+def _event_text(event: str, y: int, colour: str) -> str:
+    """An event's name in its box, whole: a name longer than the box holds is drawn narrower to fit it
+    (SVG's textLength), never cut."""
+    room = EVENT_W - 16
+    text = _text(EVENT_X + 8, y, event, colour=colour)
+    if len(event) * TEXT_W <= room:
+        return text
+    return text.replace("<text ", f'<text textLength="{room}" lengthAdjust="spacingAndGlyphs" ', 1)
 
 
 def _chips(ran: list, x: int, y: int) -> str:
@@ -67,21 +77,21 @@ def _chips(ran: list, x: int, y: int) -> str:
 
 
 def _statement_box(node: dict, y: int, box: int, ran: list, failed: bool) -> str:
+    """A statement's box: its label wrapped over as many lines as it needs (never cut), then what ran when."""
+    lines = statement_lines(node, len(ran))
+    box += LINE_H * (len(lines) - 1)
     stroke = "#c53030" if failed else "#4a5568"
     parts = [f'<g class="nbg-statement" data-node="{node["index"]}" data-line="{node["line"]}">',
              f'<rect x="{STATEMENT_X}" y="{y}" width="{STATEMENT_W}" height="{box}" rx="4" '
              f'fill="{"#fff5f5" if failed else "#f7fafc"}" stroke="{stroke}" stroke-width="{2 if failed else 1}"/>']
-    lane = f"[invoke {node['invoke']}] " if node.get("invoke") is not None else ""
     if node.get("after") is not None:        # a statement that reads a cache starts once it is whole
-        lane += WAITS_FOR_CACHE[node["after"]]
         parts.append(f"<title>{escape(node.get('after_why', ''))}</title>")
-    label = f"{lane}line {node['line']}: {node['source'].splitlines()[0]}"
-    room = (STATEMENT_W - 16 - (0 if not ran else 44 * min(len(ran), MAX_CHIPS))) // 7
-    parts.append(_text(STATEMENT_X + 8, y + 16, shorten(label, room),
-                       weight="bold" if failed else "normal"))
+    for number, line in enumerate(lines):
+        parts.append(_text(STATEMENT_X + 8, y + 16 + LINE_H * number, line, weight="bold" if failed else "normal"))
     if ran:
+        below = y + 31 + LINE_H * (len(lines) - 1)
         parts.append(f'<rect x="{STATEMENT_X}" y="{y}" width="5" height="{box}" fill="{phase_colour(ran[-1][1])}"/>')
-        parts.append(_text(STATEMENT_X + 8, y + 31, _run_label(ran, failed), 11, phase_colour(ran[-1][1])))
+        parts.append(_text(STATEMENT_X + 8, below, _run_label(ran, failed), 11, phase_colour(ran[-1][1])))
         parts.append(_chips(ran, STATEMENT_X + STATEMENT_W - 4, y + 4))
     return "".join(parts) + "</g>"
 
@@ -89,8 +99,9 @@ def _statement_box(node: dict, y: int, box: int, ran: list, failed: bool) -> str
 def _group_box(group: dict, passes: dict) -> str:
     bw = passes[group["pass"]]
     colour = phase_colour(f"backward pass {group['pass']}")
-    title = f"backward pass {group['pass']} · started by line {bw['line']}: {bw['source']}"
-    title = shorten(title, 64)
+    title = f"backward pass {group['pass']} · started by line {bw['line']}"
+    whole = f"{title}: {' '.join(bw['source'].split())}"
+    title = whole if len(whole) * 7 <= group["w"] - 16 else title     # the statement itself sits just above
     body = "" if group["members"] else _text(group["x"] + 14, group["y"] + 38, "(no statement waits for it)",
                                              11, "#4a5568")
     return (f'<g class="nbg-pass" data-pass="{group["pass"]}" data-start-line="{bw["line"]}" '
@@ -148,6 +159,9 @@ def _legend(graph: dict) -> str:
         parts.append(f'<g class="nbg-legend" data-phase="{escape(phase)}"><rect x="{x}" y="44" width="12" '
                      f'height="12" rx="3" fill="{phase_colour(phase)}"/>' + _text(x + 16, 54, phase, 11) + "</g>")
         x += 30 + 7 * len(phase)
+    if graph.get("runs"):
+        parts.append(_text(x, 54, "#n: the run's nth step · \"ran #1, #4\": the statement ran at steps 1 and 4",
+                           11, "#4a5568"))
     return "".join(parts)
 
 
@@ -170,7 +184,8 @@ def hook_graph_svg(graph: dict, title: str = "") -> str:
                     _legend(graph), *groups,
                     *_event_arrows(graph, where["event_y"], node_y, box), *_event_boxes(where["event_y"]),
                     *statements, *(_name_arrow(arrow, node_y, box) for arrow in where["arrows"])])
-    width, height = where["width"], where["height"]
+    # as wide as the title (13 px bold monospace, about 8 px a character): a long magic line is never cut off
+    width, height = max(where["width"], EVENT_X + 8 * len(title or "hook graph") + 12), where["height"]
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}" style="background:#fff">{body}</svg>')
 
@@ -178,9 +193,9 @@ def hook_graph_svg(graph: dict, title: str = "") -> str:
 class HookGraphPicture:
     """What `%%trace --graph` shows: the picture, with the text form beside it."""
 
-    def __init__(self, graph: dict, text: str, title: str = ""):
-        self.svg = hook_graph_svg(graph, title)
-        self.text = text
+    def __init__(self, graph: dict, text: str, title: str = "", note: str = ""):
+        self.svg = hook_graph_svg(graph, f"{title} · {note}" if title and note else title or note)
+        self.text = f"{note}\n{text}" if note else text
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         return {"image/svg+xml": self.svg, "text/plain": self.text}

@@ -4,6 +4,8 @@ starts it), and the names statements pass to each other as arrows in lanes right
 Pure data (coordinates), so a test can check that nothing overlaps; `hookgraph` draws it."""
 from __future__ import annotations
 
+import textwrap
+
 from .tokens import shorten
 
 EVENT_X, EVENT_W, EVENT_H = 12, 280, 24
@@ -11,6 +13,39 @@ STATEMENT_X, STATEMENT_W = 330, 470
 GROUP_HEAD, GROUP_PAD, GAP = 24, 8, 10
 CHAR_W = 7                                  # monospace 11-12 px: width of one character, for lanes
 TOP = 64                                    # below the title and the legend
+TEXT_W = 7.3                                # monospace 12 px (a statement's text): width of one character
+LINE_H = 14                                 # a statement's wrapped lines, one below the other
+CHIP_W = 44                                 # room a step chip takes at the right of a statement's first line
+
+
+WAITS_FOR_CACHE = {"forward": "[after the forward pass] ", "pass": "[after its pass] "}
+
+
+def lane_of(node: dict) -> str:
+    """What a statement's label starts with: its invoke, and the cache it waits to be whole."""
+    lane = f"[invoke {node['invoke']}] " if node.get("invoke") is not None else ""
+    return lane + (WAITS_FOR_CACHE[node["after"]] if node.get("after") is not None else "")
+
+
+def statement_lines(node: dict, ran: int) -> list:
+    """A statement's label (`line N: source`) wrapped to its box, never cut: the first line leaves room for
+    the step chips of a run (`ran`: how many), the others take the whole width."""
+    source = node["source"].splitlines()[0] if node["source"] else ""
+    label = f"{lane_of(node)}line {node['line']}: {source.strip()}"
+    room = int((STATEMENT_W - 16) // TEXT_W)
+    first = room - int(CHIP_W * min(ran, 6) // TEXT_W)
+    lines = textwrap.wrap(label, first, break_long_words=True, break_on_hyphens=False) or [label]
+    rest = " ".join(lines[1:])
+    return lines[:1] + textwrap.wrap(rest, room, break_long_words=True, break_on_hyphens=False)
+
+
+def extra_heights(graph: dict) -> dict:
+    """node index -> the pixels its wrapped label adds below the first line."""
+    ran: dict = {}
+    for run in graph.get("runs", []):
+        ran[run["node"]] = ran.get(run["node"], 0) + 1
+    return {node["index"]: LINE_H * (len(statement_lines(node, ran.get(node["index"], 0))) - 1)
+            for node in graph["nodes"]}
 
 
 def pass_members(graph: dict) -> dict:
@@ -66,19 +101,19 @@ def row_order(graph: dict) -> list:
 def place_rows(graph: dict, row: int, box: int) -> tuple:
     """(node index -> y of its box's top, [pass group boxes], bottom): statements one row each, a pass's
     group a titled box around its statements (an empty one says so)."""
-    members = pass_members(graph)
+    members, extra = pass_members(graph), extra_heights(graph)
     node_y, groups, y = {}, [], TOP
     for kind, index in row_order(graph):
         if kind == "node":
             node_y[index] = y
-            y += row
+            y += row + extra[index]
             continue
         top = y
         y += GROUP_HEAD
         for member in members[index] or [None]:
             if member is not None:
                 node_y[member] = y
-            y += row if member is not None else 20
+            y += row + extra[member] if member is not None else 20
         groups.append({"pass": index, "members": members[index], "x": STATEMENT_X - GROUP_PAD, "y": top,
                        "w": STATEMENT_W + 2 * GROUP_PAD, "h": y - top - (row - box) + GROUP_PAD})
         y += GROUP_PAD + GAP

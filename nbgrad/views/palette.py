@@ -38,10 +38,16 @@ def png(rgb: np.ndarray) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b"")
 
 
-def heatmap_png(levels: np.ndarray, signed: bool, scale: int = 4) -> bytes:
-    """uint8 levels (rows x cols) -> PNG, each cell `scale` pixels wide."""
+def heatmap_png(levels: np.ndarray, signed: bool, width: int = 4, height: int | None = None) -> bytes:
+    """uint8 levels (rows x cols) -> PNG, each cell `width` pixels wide and `height` (default: as wide) high."""
     rgb = palette(signed)[levels]
-    return png(np.repeat(np.repeat(rgb, scale, axis=0), scale, axis=1))
+    return png(np.repeat(np.repeat(rgb, width if height is None else height, axis=0), width, axis=1))
+
+
+def colour_bar_png(signed: bool, width: int = 120, height: int = 10) -> bytes:
+    """The colour map from its low end (left) to its high end (right)."""
+    levels = np.round(np.linspace(0, 255, width)).astype(np.uint8)
+    return png(np.repeat(palette(signed)[levels][None], height, axis=0))
 
 
 def histogram_png(counts, width: int = 240, height: int = 60) -> bytes:

@@ -49,15 +49,19 @@ def _sample_indices(size: int, limit: int) -> list:
     return sorted(set(np.linspace(0, size - 1, limit).round().astype(int).tolist()))
 
 
-def _quantize(block: torch.Tensor, signed: bool) -> tuple:
-    values = torch.nan_to_num(block.double(), nan=0.0, posinf=0.0, neginf=0.0)
+def _colour_range(whole: torch.Tensor, signed: bool) -> tuple:
+    """(low, high) of the colours: over the whole 2-D slice, not only its sampled cells, so the colour bar's
+    ends are the slice's true extremes (±max |value| when signed)."""
+    values = torch.nan_to_num(whole.double(), nan=0.0, posinf=0.0, neginf=0.0)
     if signed:
         bound = float(values.abs().max()) or 1.0
-        low, high = -bound, bound
-    else:
-        low, high = float(values.min()), float(values.max())
-        if high == low:
-            high = low + 1.0
+        return -bound, bound
+    low, high = float(values.min()), float(values.max())
+    return (low, low + 1.0) if high == low else (low, high)
+
+
+def _quantize(block: torch.Tensor, low: float, high: float) -> tuple:
+    values = torch.nan_to_num(block.double(), nan=0.0, posinf=0.0, neginf=0.0)
     levels = ((values - low) / (high - low) * 255).round().clamp(0, 255).to(torch.uint8).numpy()
     return levels, low, high
 
@@ -83,9 +87,9 @@ def heatmap(tensor: torch.Tensor, token_axis: int | None, tokens: list | None, s
     row_index, col_index = torch.tensor(rows), torch.tensor(cols)
     slices = []
     for key in itertools.product(*[s["indices"] for s in sliders]):
-        block = data[key] if key else data
-        block = block.index_select(0, row_index).index_select(1, col_index)
-        levels, low, high = _quantize(block, signed)
+        whole = data[key] if key else data
+        low, high = _colour_range(whole, signed)
+        levels, low, high = _quantize(whole.index_select(0, row_index).index_select(1, col_index), low, high)
         slices.append({"key": list(key), "lo": low, "hi": high,
                        "data": base64.b64encode(levels.tobytes()).decode("ascii")})
     shown_rows = [tokens[i] if tokens and token_axis == row_axis and i < len(tokens) else str(i) for i in rows]

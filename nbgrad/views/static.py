@@ -8,9 +8,11 @@ import json
 
 import numpy as np
 
-from .palette import heatmap_png, histogram_png
+from .palette import colour_bar_png, heatmap_png, histogram_png
 
 STATS = ("min", "max", "mean", "std", "norm")
+ROW_PX, MAX_ROW_PX = 8, 24         # a heatmap row in the picture: never a strip one pixel high
+WIDTH_PX, HEIGHT_PX = 480, 240     # what a heatmap aims to fill
 esc = html.escape
 
 
@@ -69,7 +71,7 @@ def _item_html(item: dict) -> str:
     if item.get("heatmap"):
         parts.append(_heatmap_html(item["heatmap"], item["name"]))
     if item.get("histogram"):
-        parts.append(_img(histogram_png(item["histogram"]["counts"]), f"histogram of {item['name']}"))
+        parts.append(_histogram_html(item["histogram"], item["name"]))
     if item.get("topk"):
         parts.append(_topk_html(item["topk"]))
     return "".join(parts) + "</div>"
@@ -87,22 +89,38 @@ def _summary_html(s: dict) -> str:
 
 
 def _heatmap_html(hm: dict, name: str) -> str:
+    """The first slice as a picture, each cell at least ROW_PX high, with a colour bar from its lowest to its
+    highest value; the notes say what was sampled."""
     first = hm["slices"][0]
-    levels = np.frombuffer(base64.b64decode(first["data"]), dtype=np.uint8).reshape(len(hm["rows"]), len(hm["cols"]))
-    scale = max(1, min(8, 480 // max(len(hm["cols"]), 1)))
-    return (_img(heatmap_png(levels, hm["signed"], scale), f"heatmap of {name}") +
-            f"<div><small>colour range {first['lo']:.4g} … {first['hi']:.4g}"
-            f"{' (diverging, 0 = white)' if hm['signed'] else ''}</small></div>")
+    rows, cols = len(hm["rows"]), len(hm["cols"])
+    levels = np.frombuffer(base64.b64decode(first["data"]), dtype=np.uint8).reshape(rows, cols)
+    width = max(1, min(MAX_ROW_PX, WIDTH_PX // max(cols, 1)))
+    height = max(ROW_PX, min(MAX_ROW_PX, HEIGHT_PX // max(rows, 1)), width)
+    bar = _img(colour_bar_png(hm["signed"]), "colour bar", "vertical-align:middle")
+    zero = " (diverging, 0 = white)" if hm["signed"] else ""
+    notes = "".join(f"<div><small>{esc(note)}</small></div>" for note in hm.get("notes", []))
+    return (_img(heatmap_png(levels, hm["signed"], width, height), f"heatmap of {name}") +
+            f'<div class="nbgrad-colour-bar"><small>{first["lo"]:.4g} {bar} {first["hi"]:.4g}{zero}</small></div>'
+            + notes)
+
+
+def _histogram_html(hist: dict, name: str) -> str:
+    what = f"histogram of {hist['sampled']} sampled values" if hist.get("sampled") else "histogram"
+    return (f'<div style="display:inline-block;vertical-align:top">'
+            + _img(histogram_png(hist["counts"]), f"histogram of {name}") +
+            f'<div style="display:flex;justify-content:space-between;width:240px"><small>{hist["lo"]:.4g}</small>'
+            f'<small style="color:#666">{esc(what)}</small><small>{hist["hi"]:.4g}</small></div></div>')
 
 
 def _topk_html(topk: dict) -> str:
     def cell(token, p):
         return f"<td>{esc(json.dumps(token))} {'–' if p is None else f'{p * 100:.1f}%'}</td>"
+    head = "<tr><th>position</th>" + "".join(f"<th>top {i + 1}</th>" for i in range(len(topk["tokens"][0]))) + "</tr>"
     rows = "".join(f"<tr><td>{esc(pos)}</td>" + "".join(cell(t, p) for t, p in zip(topk["tokens"][i], topk["probs"][i]))
                    + "</tr>" for i, pos in enumerate(topk["positions"]))
-    return f"<table>{rows}</table>"
+    return f'<table class="nbgrad-topk">{head}{rows}</table>'
 
 
-def _img(png: bytes, alt: str) -> str:
-    return (f'<img alt="{esc(alt)}" style="image-rendering:pixelated;border:1px solid #eee" '
+def _img(png: bytes, alt: str, style: str = "") -> str:
+    return (f'<img alt="{esc(alt)}" style="image-rendering:pixelated;border:1px solid #eee;{style}" '
             f'src="data:image/png;base64,{base64.b64encode(png).decode()}"/>')

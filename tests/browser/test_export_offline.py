@@ -37,8 +37,8 @@ def test_html_export_shows_each_static_picture_offline(browser, tmp_path):
         assert panels.count() == 3
         pictures = page.evaluate("""() => [...document.querySelectorAll('.nbgrad-static')].map(panel =>
             [...panel.querySelectorAll('img')].map(img => img.complete && img.naturalWidth > 0))""")
-        # heatmap + histogram of g, early, h; of logits; of the %show tensor; and each trace's hook graph
-        assert [len(p) for p in pictures] == [7, 3, 2] and all(all(p) for p in pictures), pictures
+        # heatmap, its colour bar and histogram of g, early, h; of logits; of the %show tensor; each trace's hook graph
+        assert [len(p) for p in pictures] == [10, 4, 3] and all(all(p) for p in pictures), pictures
         first = panels.nth(0).inner_text()
         assert "early" in first and "gradient of model.transformer.h[0].output" in first
         assert panels.nth(1).locator("table").count() >= 2                     # stats and top-k tokens
