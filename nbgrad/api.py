@@ -55,10 +55,8 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
         return _canonical_trace(model, input, source, namespace, **_options(locals()))
     if over is not None:
         return dataset_runner[0](model, input, source, namespace, **_options(locals()))
-    if (batch_size != 8 or out is not None or engine != "local" or workers is not None or column is not None
-            or model_factory is not None):
-        checks.dataset_options_alone(batch_size=batch_size, out=out, engine=engine, workers=workers, column=column,
-                                     model_factory=model_factory)
+    if (batch_size, out, engine, workers, column, model_factory) != (8, None, "local", None, None, None):
+        checks.dataset_options_alone(**_options(locals()))      # options of --over on a cell that runs once
     # The common cell in few Python calls (microseconds each, cold: bench/overhead.py): what some cells need, they ask
     if not isinstance(model, nn.Module) or (namespace is not None and not isinstance(namespace, dict)):
         checks.trace_arguments(model, namespace)
