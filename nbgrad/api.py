@@ -16,7 +16,7 @@ from .engine.run.runtime import Runtime, active_runtime
 from .errors import GradError, NbgradError
 from .errors.naming import a_or_an, tensor_names
 from .models.batching import batch_invokes
-from .models.cell import default_namespace, invoke_inputs, model_to_trace
+from .models.cell import call_options, default_namespace, invoke_inputs, model_to_trace
 from .models.inputs import call_arguments, input_ids_of
 from .models.loading import remember
 from .views.cache import CachePanel
@@ -40,6 +40,8 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
           model_factory=None, progress: bool = True) -> Result:
     """Run `source` (the body of a `%%trace` cell) on `model` called with `input` (None when the source
     holds `with invoke(INPUT):` blocks); with `over=DATASET`, once per example (`nbgrad.datasets`)."""
+    if not isinstance(model, nn.Module) and hasattr(model, "nbgrad_trace"):    # a model elsewhere: every option to it
+        return model.nbgrad_trace(input, source, namespace, **call_options(locals()))
     if over is not None:
         return dataset_runner[0](model, input, source, namespace, over=over, batch_size=batch_size, out=out,
                                  engine=engine, workers=workers, column=column, model_factory=model_factory,

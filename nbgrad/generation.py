@@ -25,7 +25,7 @@ from .engine.run.runtime import Runtime
 from .errors import GradError, InputError, NbgradError
 from .errors.naming import a_or_an
 from .models.batching import batch_invokes
-from .models.cell import default_namespace, invoke_inputs
+from .models.cell import call_options, default_namespace, invoke_inputs
 from .models.inputs import INPUT_HELP, call_arguments, input_ids_of
 
 STEP_NAME = "step"
@@ -46,6 +46,8 @@ def generate(model: nn.Module, input, source: str, namespace: dict | None = None
              sample: bool = False, out: str | None = None, kwargs: dict | None = None, tokenizer=None,
              graph: bool = False, quiet: bool = True) -> GenerationResult:
     """Run `source` (the body of a `%%generate` cell) at every forward call of `model.generate(input)`."""
+    if not isinstance(model, nn.Module) and hasattr(model, "nbgrad_generate"):   # a model elsewhere: every option to it
+        return model.nbgrad_generate(input, source, namespace, **call_options(locals()))
     program = compile_with_helpers(source, "trace", namespace)
     if graph:
         return GenerationResult(saved={}, graph=program.graph)

@@ -223,7 +223,7 @@ class NbgradMagics(Magics):
             raise NbgradError(f"unknown model '{name}': no such name in the notebook. Define it first, "
                               f"e.g. `{name} = nbgrad.load_model()`")
         model = namespace[name]
-        if not isinstance(model, nn.Module):
+        if not isinstance(model, nn.Module) and not hasattr(model, "nbgrad_trace"):     # nbgrad.remote's handle
             raise NbgradError(f"'{name}' is {a_or_an(type(model).__name__)}, not a torch.nn.Module")
         return model
 
