@@ -200,10 +200,13 @@ def test_attribution_runs_on_the_actor_and_equals_local(big, local):
     def metric(logits):
         return logits[0, -1, 5] - logits[0, -1, 7]
 
-    corrupt = "The Colosseum is in the city of"
-    there = nbgrad.attribution_patching(big, PROMPT, corrupt, metric, sites="transformer.h.*", positions=False)
-    here = nbgrad.attribution_patching(local, PROMPT, corrupt, metric, sites="transformer.h.*", positions=False)
-    assert torch.equal(there.scores, here.scores) and there.scores.shape[0] == len(local.transformer.h)
+    clean = nbgrad.tokenizer_for(local)(PROMPT, return_tensors="pt").input_ids
+    corrupt = clean.clone()
+    corrupt[0, 3] = clean[0, 5]                           # one token changed: the same length
+    there = nbgrad.attribution_patching(big, clean, corrupt, metric, sites="transformer.h.*", positions=False)
+    here = nbgrad.attribution_patching(local, clean, corrupt, metric, sites="transformer.h.*", positions=False)
+    assert torch.equal(there.scores, here.scores) and list(there.labels) == list(here.labels)
+    assert there.scores.shape[0] == len(there.labels) > len(local.transformer.h)
     assert big.call(hooks_there) == 0
 
 

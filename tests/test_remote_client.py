@@ -2,6 +2,7 @@
 a head node of this test's own (started with a client server on 127.0.0.1, stopped by its process), one actor,
 the same cell equal to a local copy's."""
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -78,6 +79,7 @@ def big():
         torch.set_num_threads(threads)
         ray.shutdown()
         stop_head(head)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_a_cell_through_a_ray_client_equals_local(big):
