@@ -23,7 +23,7 @@ from .engine.run.runtime import Runtime, active_runtime
 from .errors import GradError, NbgradError
 from .errors.naming import a_or_an, tensor_names
 from .models.batching import batch_invokes
-from .models.cell import default_namespace, invoke_inputs, model_to_trace
+from .models.cell import call_options, default_namespace, invoke_inputs, model_to_trace
 from .models.inputs import call_arguments, input_ids_of
 from .models.loading import remember
 from .names import mentions_canonical, rewrite_of
@@ -47,8 +47,11 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
           tokenizer=None, graph: bool = False, quiet: bool = True, over=None, batch_size: int = 8, out=None,
           engine: str = "local", workers: int | None = None, column: str | None = None,
           model_factory=None, progress: bool = True, _aliased: bool = False) -> Result:
-    """Run `source` (the body of a `%%trace` cell) on `model` called with `input` (None when the source
-    holds `with invoke(INPUT):` blocks); with `over=DATASET`, once per example (`nbgrad.datasets`)."""
+    """Run `source` (the body of a `%%trace` cell) on `model` called with `input` (None when the source holds
+    `with invoke(INPUT):` blocks); with `over=DATASET`, once per example (`nbgrad.datasets`). The common cell runs
+    in few Python calls (microseconds each, cold: bench/overhead.py): what only some cells need, they ask for."""
+    if not isinstance(model, nn.Module) and hasattr(model, "nbgrad_trace"):    # a model elsewhere: every option to it
+        return model.nbgrad_trace(input, source, namespace, **call_options(locals()))
     if TRACER in source:        # pasted nnsight code: `tracer.cache(...)` and the like (engine/compile/pasted.py)
         source = rewritten(source, namespace)
     if not _aliased and mentions_canonical(source):      # canonical names (nbgrad/names): the model's own paths
@@ -57,7 +60,6 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
         return dataset_runner[0](model, input, source, namespace, **_options(locals()))
     if (batch_size, out, engine, workers, column, model_factory) != (8, None, "local", None, None, None):
         checks.dataset_options_alone(**_options(locals()))      # options of --over on a cell that runs once
-    # The common cell in few Python calls (microseconds each, cold: bench/overhead.py): what some cells need, they ask
     if not isinstance(model, nn.Module) or (namespace is not None and not isinstance(namespace, dict)):
         checks.trace_arguments(model, namespace)
     try:
@@ -68,8 +70,7 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
         program = compile_with_helpers(source, "trace", namespace)
     if graph:
         return Result(saved={}, graph=program.graph)
-    if namespace is None:
-        namespace = default_namespace(namespace, model)
+    namespace = default_namespace(namespace, model) if namespace is None else namespace
     if type(input) is torch.Tensor and not program.invokes and type(model).__name__ != "OptimizedModule":
         remember(model)          # ids on an eager model: all that model_to_trace does, and no tokenizer needed
         (args, kwargs), values, rows = call_arguments(input, model, tokenizer), [], None
@@ -80,8 +81,7 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
     run = DirectRun(program, namespace, model, no_grad) if program.direct and DIRECT_RUN else \
         Runtime(program, namespace, model=model, no_grad=no_grad, rows=rows)
     result = run.run_trace(args, kwargs)
-    result.input_ids = ids
-    result.invokes = values
+    result.input_ids, result.invokes = ids, values
     return result
 
 

@@ -26,7 +26,7 @@ from .engine.run.runtime import Runtime
 from .errors import GradError, InputError, NbgradError
 from .errors.naming import a_or_an
 from .models.batching import batch_invokes
-from .models.cell import default_namespace, invoke_inputs
+from .models.cell import call_options, default_namespace, invoke_inputs
 from .models.inputs import INPUT_HELP, call_arguments, input_ids_of
 from .names import rewrite_of
 from .names.rewrite import eager_attention
@@ -49,6 +49,8 @@ def generate(model: nn.Module, input, source: str, namespace: dict | None = None
              sample: bool = False, out: str | None = None, kwargs: dict | None = None, tokenizer=None,
              graph: bool = False, quiet: bool = True) -> GenerationResult:
     """Run `source` (the body of a `%%generate` cell) at every forward call of `model.generate(input)`."""
+    if not isinstance(model, nn.Module) and hasattr(model, "nbgrad_generate"):   # a model elsewhere: every option to it
+        return model.nbgrad_generate(input, source, namespace, **call_options(locals()))
     source = rewritten(source, namespace, max_new_tokens)      # pasted nnsight code (engine/compile/pasted.py)
     if (rewrite := rewrite_of(source, model, namespace)).eager and not graph:     # canonical names (nbgrad/names)
         return _eagerly(model, {**locals(), "source": rewrite.text})

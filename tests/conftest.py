@@ -43,9 +43,12 @@ def shell():
 # - "lab": the browser tests, which share a JupyterLab server (a session fixture: one per worker), and the
 #   headless run of a tutorial that writes to a fixed folder, as its run in the browser does (test_notebooks.py);
 # - "ray": a local Ray cluster per module, whose processes and session folder a second cluster would contend for.
+RAY_MODULES = ("test_datasets_ray.py", "test_remote.py", "test_remote_client.py")
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        group = "lab" if item.path.parent.name == "browser" else "ray" if item.path.name == "test_datasets_ray.py" \
+        group = "lab" if item.path.parent.name == "browser" else "ray" if item.path.name in RAY_MODULES \
             else None
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))

@@ -10,8 +10,8 @@ import torch
 import nbgrad
 from helpers import assert_clean, model_state, tiny_gpt2
 from nbgrad.datasets import ray_engine
-from nbgrad.datasets.ray_engine import start_ray
 from test_over_errors import frames_from_the_cell, raised_by_second
+from nbgrad.datasets.cluster import start_cluster
 
 ray = pytest.importorskip("ray")
 
@@ -28,9 +28,9 @@ pid = nbgrad.save(torch.tensor(os.getpid()))
 def cluster():
     # Workers import nbgrad as this process does: the working tree first, when the tests run from it.
     tests = Path(__file__).resolve().parent
-    # started with nbgrad's bounded retry: on a loaded machine the node can miss Ray's fixed startup wait
-    start_ray(num_cpus=2, include_dashboard=False, logging_level="ERROR",
-              runtime_env={"env_vars": {"PYTHONPATH": f"{tests.parent}:{tests}", "OMP_NUM_THREADS": "1"}})
+    # A busy machine's node can time out during its start: tried a bounded number of times, each failure said
+    start_cluster(attempts=5, num_cpus=2, include_dashboard=False, logging_level="ERROR",
+                  runtime_env={"env_vars": {"PYTHONPATH": f"{tests.parent}:{tests}", "OMP_NUM_THREADS": "1"}})
     yield
     ray.shutdown()
 

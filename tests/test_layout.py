@@ -117,7 +117,7 @@ def room_of(dotted: str) -> str:
 
 
 # The folders and the arrows between them: each room may import the rooms listed, and no other.
-# errors < engine, names < models < api, generation < attribution, datasets < notebook; views stand alone.
+# errors < engine, names < models < api, generation < attribution, datasets < remote, notebook; views stand alone.
 ALLOWED = {
     "errors": {"errors"},
     "names": {"names", "errors"},
@@ -128,6 +128,7 @@ ALLOWED = {
     "generation": {"generation", "engine", "errors", "models", "names", ""},
     "attribution": {"attribution", "engine", "errors", "models", "views"},
     "datasets": {"datasets", "api", "engine", "errors", "models", "names"},
+    "remote": {"remote", "datasets", "api", "generation", "engine", "errors", "models", "names"},
     "notebook": {"notebook", "api", "generation", "attribution", "datasets", "engine", "errors", "models",
                  "names", "views", ""},
 }

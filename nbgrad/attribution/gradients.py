@@ -23,6 +23,8 @@ def attribute(model: nn.Module, input, target, method: str = "ig", site: str | N
     """Attribute one prediction of `model` on `input` to the tokens, through the output of `site`
     (None: the input embeddings). See SPEC §5b. The model runs in eval mode; its mode, hooks, flags and
     `.grad`s are left as they were."""
+    if not isinstance(model, nn.Module) and hasattr(model, "call"):     # a model elsewhere (nbgrad.remote): run there
+        return model.call(attribute, input, target, method, site, baseline, steps, batch_size)
     _check(method, steps, batch_size)
     with eval_mode(model):
         prompt = prepare(model, input)

@@ -21,6 +21,8 @@ def attribution_patching(model: nn.Module, clean, corrupt, metric, sites="*", po
     estimated as (clean − corrupt) · ∂metric/∂activation on the corrupt run, summed over the hidden axis.
     `sites`: glob(s) over `model.named_modules()` names; `positions`: True (each position), False
     (whole sites), or position indices. See SPEC §5b."""
+    if not isinstance(model, nn.Module) and hasattr(model, "call"):     # a model elsewhere (nbgrad.remote): run there
+        return model.call(attribution_patching, clean, corrupt, metric, sites, positions, check_top)
     if isinstance(check_top, bool) or not isinstance(check_top, int) or check_top < 0:
         raise InputError(f"check_top is how many of the highest scores to check by exact patching, a whole number "
                          f"of at least 0, not {check_top!r}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 
+from torch import nn
+
 from .. import api
 from ..names import rewrite_of
 from ..names.rewrite import eager_attention
@@ -23,6 +25,9 @@ def trace(model, input, source: str, namespace: dict | None = None, *, over=None
     if input is not None:
         from ..errors import InputError
         raise InputError("INPUT and --over together: with --over every example is an INPUT; give no INPUT")
+    if not isinstance(model, nn.Module) and hasattr(model, "nbgrad_trace"):   # a model elsewhere runs the batches
+        return api.trace(model, None, source, namespace, over=over, batch_size=batch_size, out=out, engine=engine,
+                         workers=workers, column=column, model_factory=model_factory, **options)
     options.pop("quiet", None)
     if options.pop("graph", False):
         return api.trace(model, None, source, namespace, graph=True)

@@ -152,5 +152,5 @@ def verify(folder) -> dict:
     if problems:
         raise NbgradError(f"verify: {len(problems)} of {len(index['batches'])} batch files in {folder} cannot be "
                           f"used:\n" + "\n".join(problems) + "\nRun the same cell with the same --out DIR again: "
-                          f"it computes these batches again and keeps the others")
+                          "it computes these batches again and keeps the others")
     return {"examples": sum(index["batches"].values()), "batches": len(index["batches"]), "names": index["names"]}

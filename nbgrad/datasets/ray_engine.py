@@ -16,6 +16,7 @@ from torch import nn
 
 from ..engine.compile.compiler import compile_cell
 from ..engine.compile.dataflow import bound_names, read_names
+from .cluster import connected
 from ..errors import NbgradError, at_cell_line
 from ..errors.naming import a_or_an
 from ..models import loading
@@ -164,8 +165,7 @@ def _drop_pools() -> None:
 def _actors(build, key, workers) -> list:
     """The actors for this model on the cluster now: kept from an earlier run, or made."""
     import ray
-    if not ray.is_initialized():
-        start_ray(include_dashboard=False, logging_level="ERROR")
+    connected()        # the notebook's cluster, or a local one started with a bounded retry
     gpus = int(ray.cluster_resources().get("GPU", 0))
     count = workers or gpus or 2
     job = ray.get_runtime_context().get_job_id()
@@ -188,34 +188,6 @@ def _all_alive(ray, actors: list) -> bool:
     except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
         return False
     return True
-
-
-STARTS = 3           # tries to start a local cluster: on a loaded machine its node may miss Ray's startup wait
-
-
-def start_ray(**options) -> None:
-    """`ray.init(**options)`, tried again (a bounded number of times) when the local node timed out starting.
-    The processes a failed try started (Ray leaves them running) are ended first, so tries do not pile up."""
-    import psutil
-    import ray
-    this = psutil.Process()
-    for attempt in range(STARTS):
-        before = {child.pid for child in this.children(recursive=True)}
-        try:
-            ray.init(**options)
-            return
-        except Exception as error:
-            if "timed out during startup" not in str(error) or attempt == STARTS - 1:
-                raise
-            ray.shutdown()
-            started = [child for child in this.children(recursive=True) if child.pid not in before]
-            for end in ("terminate", "kill"):
-                for child in started:
-                    try:
-                        getattr(child, end)()
-                    except psutil.NoSuchProcess:
-                        pass
-                started = psutil.wait_procs(started, timeout=10)[1]      # those still running
 
 
 def _builder(model: nn.Module, model_factory) -> tuple:

@@ -12,6 +12,12 @@ from ..errors import InputError
 from . import loading
 
 
+def call_options(arguments: dict) -> dict:
+    """A cell call's keyword options, from its `locals()`: what a model elsewhere (`nbgrad.remote`'s handle) is
+    given to run the cell itself."""
+    return {name: value for name, value in arguments.items() if name not in ("model", "input", "source", "namespace")}
+
+
 def default_namespace(namespace, model):
     """The namespace a body runs in: the caller's, or one with `model`, `torch` and `nbgrad`."""
     if namespace is None:

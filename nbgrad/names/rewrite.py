@@ -8,7 +8,6 @@ import contextlib
 import re
 import sys
 import weakref
-from functools import lru_cache
 
 from torch import nn
 

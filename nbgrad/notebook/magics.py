@@ -13,7 +13,7 @@ from ..errors import NbgradError, for_the_cell
 from ..errors.naming import a_or_an
 from ..engine.run.cellstate import unsaved_names
 from .graph import show_graph
-from .magic_line import evaluate, split_expression, split_line
+from .magic_line import evaluate, split_expression
 from .over import dataset_options, over_arguments, trace_over_line
 from .provenance import footed
 
@@ -193,7 +193,7 @@ class NbgradMagics(Magics):
             raise NbgradError(f"unknown model '{name}': no such name in the notebook. Define it first, "
                               f"e.g. `{name} = nbgrad.load_model()`")
         model = namespace[name]
-        if not isinstance(model, nn.Module):
+        if not isinstance(model, nn.Module) and not hasattr(model, "nbgrad_trace"):     # nbgrad.remote's handle
             raise NbgradError(f"'{name}' is {a_or_an(type(model).__name__)}, not a torch.nn.Module")
         return model
 

@@ -106,7 +106,7 @@ def _heatmap_html(hm: dict, name: str) -> str:
 
 def _histogram_html(hist: dict, name: str) -> str:
     what = f"histogram of {hist['sampled']} sampled values" if hist.get("sampled") else "histogram"
-    return (f'<div style="display:inline-block;vertical-align:top">'
+    return ('<div style="display:inline-block;vertical-align:top">'
             + _img(histogram_png(hist["counts"]), f"histogram of {name}") +
             f'<div style="display:flex;justify-content:space-between;width:240px"><small>{hist["lo"]:.4g}</small>'
             f'<small style="color:#666">{esc(what)}</small><small>{hist["hi"]:.4g}</small></div></div>')

@@ -1,0 +1,44 @@
+"""`nbgrad.remote(...)`: a model held by a Ray actor, and the same cells run on it (SPEC 3d)."""
+from __future__ import annotations
+
+from ..errors import NbgradError
+from ..datasets.cluster import connected, start_cluster
+from .handle import RemoteModel
+from .paths import RemotePath
+
+__all__ = ["remote", "RemoteModel", "RemotePath", "start_cluster"]
+
+
+def remote(name_or_factory=None, *, num_gpus=None, resources=None, runtime_env=None, name=None,
+           **load_kwargs) -> RemoteModel:
+    """A handle for a model held by one Ray actor: a hub name or path (None: the embedded default) is loaded
+    there with `nbgrad.load_model(name, **load_kwargs)`, a function is called there and returns the model.
+    `name=` makes the actor named and detached; `nbgrad.remote(name=...)` alone attaches to it."""
+    import ray
+    connected()
+    if name_or_factory is None and name is not None and not load_kwargs:
+        try:
+            return RemoteModel(None, {"name": name}, actor=ray.get_actor(name))
+        except ValueError:
+            pass              # no actor by that name yet: make it, with the embedded default model
+    build = _builder(name_or_factory, load_kwargs)
+    options = {key: value for key, value in (("num_gpus", num_gpus), ("resources", resources),
+                                             ("runtime_env", runtime_env)) if value is not None}
+    if name is not None:
+        options.update(name=name, lifetime="detached", get_if_exists=True)
+    return RemoteModel(build, options)
+
+
+def _builder(name_or_factory, load_kwargs: dict):
+    from ..datasets.ray_engine import _LoadModel
+    if callable(name_or_factory):
+        if load_kwargs:
+            raise NbgradError(f"nbgrad.remote(factory, ...) calls the factory with no arguments; the keywords "
+                              f"{sorted(load_kwargs)} are for a model name (nbgrad.load_model's)")
+        from .shipping import picklable
+        picklable("the factory", name_or_factory)
+        return name_or_factory
+    if name_or_factory is not None and not isinstance(name_or_factory, str):
+        raise NbgradError(f"nbgrad.remote takes a model name or path, or a function that returns the model, not "
+                          f"{type(name_or_factory).__name__}")
+    return _LoadModel(name_or_factory, load_kwargs)

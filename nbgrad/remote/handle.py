@@ -1,0 +1,112 @@
+"""`nbgrad.remote(...)`'s handle: the notebook's side of a model held by a Ray actor. It carries the model's
+skeleton (its module tree on `meta`), so paths are checked here; reads of weights, `call`, `zero_grad` and
+cells go to the actor."""
+from __future__ import annotations
+
+
+from ..errors import NbgradError
+from .actor import holder_class
+from .paths import RemotePath
+
+LOST = ("the remote model's actor is gone (its process ended or it was killed), and the model with it: "
+        "`{name}.restart()` starts a new one (a new actor loads the model again)")
+
+
+class RemoteModel:
+    """A model that lives in a Ray actor. In a cell it is the model; outside one, `handle.a.b.weight` is a CPU
+    copy of that weight (`.grad` included), `call(fn, *args)` runs `fn(model, *args)` there."""
+
+    nbgrad_remote = True
+
+    def __init__(self, build, actor_options: dict, actor=None):
+        self._build, self._actor_options, self._actor = build, actor_options, actor
+        self._stats: list = []
+        self._label = actor_options.get("name") or "the handle"
+        self._start(actor)
+
+    def _start(self, actor=None) -> None:
+        import ray
+        from ray import cloudpickle
+        if actor is None:
+            actor = holder_class().options(**self._actor_options).remote(self._build)
+        self._actor = actor
+        skeleton, tokenizer, weights, pid = cloudpickle.loads(self._ask(actor.describe.remote()))
+        self.skeleton, self.tokenizer, self.weight_bytes, self.pid = skeleton, tokenizer, weights, pid
+        if tokenizer is not None:
+            from ..models.loading import register_tokenizer
+            register_tokenizer(self, tokenizer)
+        self._ray = ray
+
+    # --- what goes to the actor
+    def _ask(self, task):
+        """`ray.get(task)`; a lost actor is said as such; the actor's own error is raised as it is."""
+        import ray
+        try:
+            return ray.get(task)
+        except ray.exceptions.RayActorError as error:
+            raise NbgradError(LOST.format(name=self._label)) from error
+        except ray.exceptions.RayTaskError as error:
+            cause = getattr(error, "cause", None)
+            if isinstance(cause, BaseException):
+                raise cause.with_traceback(None) from None
+            raise
+
+    def read(self, path: str):
+        """The parameter or buffer at `path` (`transformer.h.0.mlp.c_fc.weight`), with its `.grad`, on CPU."""
+        value, grad = self._ask(self._actor.read.remote(path))
+        if grad is not None:
+            value.grad = grad
+        return value
+
+    def call(self, fn, *args, **kwargs):
+        """`fn(model, *args, **kwargs)` on the actor; its result comes back (tensors on CPU)."""
+        from ray import cloudpickle
+        from .shipping import picklable
+        picklable(f"call({getattr(fn, '__name__', 'fn')}, ...)", (fn, args, kwargs))
+        return cloudpickle.loads(self._ask(self._actor.call.remote(cloudpickle.dumps((fn, args, kwargs)))))
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self._ask(self._actor.zero_grad.remote(set_to_none))
+
+    def restart(self) -> None:
+        """A new actor, which builds the model again (after a lost actor, or to start afresh)."""
+        import ray
+        if self._build is None:
+            raise NbgradError("this handle attached to a named model that another notebook made: restart it there")
+        try:
+            ray.kill(self._actor)
+        except Exception:            # already gone
+            pass
+        self._start()
+
+    def stats(self) -> list:
+        """Per cell run here: {"cell": first line, "sent": bytes, "received": bytes}."""
+        return list(self._stats)
+
+    # --- what a cell does with it
+    def nbgrad_trace(self, input, source: str, namespace, **options):
+        from .cells import run_cell
+        return run_cell(self, "trace", input, source, namespace, options)
+
+    def nbgrad_generate(self, input, source: str, namespace, **options):
+        from .cells import run_cell
+        return run_cell(self, "generate", input, source, namespace, options)
+
+    # --- the module tree, from the skeleton
+    def named_modules(self, *args, **kwargs):
+        return self.skeleton.named_modules(*args, **kwargs)
+
+    def modules(self):
+        return self.skeleton.modules()
+
+    @property
+    def config(self):
+        return getattr(self.skeleton, "config", None)
+
+    def __getattr__(self, name):
+        if name.startswith("_") or name in ("skeleton", "tokenizer", "weight_bytes", "pid"):
+            raise AttributeError(name)
+        return RemotePath(self, "", self.skeleton).__getattr__(name)
+
+    def __repr__(self):
+        return f"remote {type(self.skeleton).__name__} ({self._label}, actor pid {self.pid})"

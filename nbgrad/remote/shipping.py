@@ -1,0 +1,46 @@
+"""What a cell sends: the values of the free names its body reads, the handle and its modules as markers
+(the actor puts its own model and modules in their place). A value that cannot be pickled is an error before
+anything runs."""
+from __future__ import annotations
+
+import ast
+import textwrap
+
+from ..engine.compile.dataflow import bound_names, read_names
+from ..errors import NbgradError
+from .paths import MODEL, ModulePath, RemotePath
+
+
+def free_names(source: str) -> set:
+    tree = ast.parse(textwrap.dedent(source))
+    if not tree.body:
+        return set()
+    bound = set().union(*(bound_names(stmt)[0] for stmt in tree.body))
+    return set().union(*(read_names(stmt) for stmt in tree.body)) - bound
+
+
+def shipped_names(source: str, namespace: dict, handle) -> dict:
+    """The body's free names with their values, ready to send."""
+    shipped = {}
+    for name in sorted(free_names(source)):
+        if name not in namespace:
+            continue
+        value = namespace[name]
+        if value is handle:
+            shipped[name] = MODEL
+        elif isinstance(value, RemotePath) and value._handle is handle:
+            shipped[name] = ModulePath(value._path)
+        else:
+            picklable(f"the name `{name}`", value)
+            shipped[name] = value
+    return shipped
+
+
+def picklable(what: str, value) -> None:
+    from ray import cloudpickle
+    try:
+        cloudpickle.dumps(value)
+    except Exception as error:
+        raise NbgradError(f"a remote model's cell sends the names it reads to the model's actor, and {what} (a "
+                          f"{type(value).__name__}) cannot be pickled: {type(error).__name__}: {error}. Make it in "
+                          f"the cell, or give the actor what it needs with `.call(fn, ...)`") from error

@@ -1,0 +1,94 @@
+"""`nbgrad.remote`'s two halves joined in this process, without a cluster: the handle (notebook side) talks to a
+`ModelHolder` (actor side) through its methods, the bytes that Ray would carry included. Every cell form gives
+what the same cell gives on a local copy, bit for bit. (tests/test_remote.py runs the same on a Ray actor.)"""
+import pytest
+import torch
+
+import nbgrad
+from nbgrad.remote.actor import ModelHolder
+from nbgrad.remote.handle import RemoteModel
+
+ray = pytest.importorskip("ray")
+PROMPT = "The Eiffel Tower is in the city of"
+
+
+class Method:
+    def __init__(self, function):
+        self.function = function
+
+    def remote(self, *args):
+        return self.function(*args)
+
+
+class InProcess:
+    """The holder's methods as an actor handle's: `holder.run.remote(request)` is the answer itself."""
+
+    def __init__(self, holder):
+        self.holder = holder
+
+    def __getattr__(self, name):
+        return Method(getattr(self.holder, name))
+
+
+@pytest.fixture
+def big(monkeypatch):
+    monkeypatch.setattr(ray, "get", lambda answer: answer)      # the transport: here, the answer as it is
+    return RemoteModel(nbgrad.load_model, {}, actor=InProcess(ModelHolder(nbgrad.load_model)))
+
+
+@pytest.fixture(scope="module")
+def local():
+    return nbgrad.load_model()
+
+
+def equal(a, b) -> bool:
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(equal(x, y) for x, y in zip(a, b))
+    return torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+
+
+def both(big, local, source, input=PROMPT, **options):
+    there, here = {"big": big}, {"big": local}
+    nbgrad.trace(big, input, source, there, **options)
+    nbgrad.trace(local, input, source, here, **options)
+    return there, here
+
+
+def test_cells_equal_local(big, local):
+    there, here = both(big, local, "h = big.transformer.h[1].output.save()\n"
+                                   "with big.lm_head.output[0, -1].max().backward():\n"
+                                   "    g = big.transformer.h[0].output.grad.save()\n")
+    assert equal(there["h"], here["h"]) and equal(there["g"], here["g"]) and there["h"].grad_fn is None
+    assert equal(big.transformer.h[0].attn.c_attn.weight.grad, local.transformer.h[0].attn.c_attn.weight.grad)
+    local.zero_grad(set_to_none=True)
+    there, here = both(big, local, "c = cache('transformer.h.*', grads=True)\n"
+                                   "big.lm_head.output[0, -1].max().backward()\n")
+    assert list(there["c"]) == list(here["c"]) and all(equal(there["c"][k], here["c"][k]) for k in here["c"])
+    assert all(equal(there["c"].grads[k], here["c"].grads[k]) for k in here["c"].grads)
+    local.zero_grad(set_to_none=True)
+    prompts = ["The Eiffel Tower is in", "Hi", "A longer prompt"]
+    there, here = both(big, local, "last = big.transformer.h[1].output[:, -1].save()\n", input=None, over=prompts,
+                       batch_size=2)
+    assert len(there["last"]) == 3 and equal(there["last"], here["last"])
+
+
+def test_generation_and_attribution_equal_local(big, local):
+    body = "top = big.lm_head.output[:, -1].argmax(-1).save()\n"
+    there, here = {"big": big}, {"big": local}
+    remote_run = nbgrad.generate(big, PROMPT, body, there, max_new_tokens=3, out="ids")
+    local_run = nbgrad.generate(local, PROMPT, body, here, max_new_tokens=3, out="ids")
+    assert equal(remote_run.output, local_run.output) and equal(there["ids"], here["ids"])
+    assert equal(there["top"], here["top"]) and len(there["top"]) == 3
+    there = nbgrad.attribute(big, PROMPT, " Paris", method="grad-x-input")
+    here = nbgrad.attribute(local, PROMPT, " Paris", method="grad-x-input")
+    assert equal(there.scores, here.scores) and list(there.labels) == list(here.labels)
+
+
+def test_options_a_remote_model_does_not_take_are_said(big):
+    with pytest.raises(nbgrad.NbgradError, match="runs --over's batches on its own actor: `out`"):
+        nbgrad.trace(big, None, "h = big.transformer.h[1].output.save()\n", {"big": big}, over=["Hi"], out="dir")
+    with pytest.raises(nbgrad.NbgradError, match="the dataset .*cannot be pickled"):
+        nbgrad.trace(big, None, "h = big.transformer.h[1].output.save()\n", {"big": big},
+                     over=(p for p in ["Hi"]))
+    graph = nbgrad.trace(big, None, "h = big.transformer.h[1].output.save()\n", {"big": big}, graph=True).graph
+    assert graph is not None and big.stats() == []          # --graph: compiled here, nothing sent
