@@ -1,5 +1,5 @@
 """The pages the docs build writes itself (into docs/_generated/, ignored by git): the tutorials' copies, the
-reference of every magic and every public name, and a stub for a page another document may not have yet.
+reference of every magic and every public name.
 `python docs/generate_pages.py OUT` writes them; tests/test_docs_reference.py reads them."""
 import filecmp
 import inspect
@@ -11,34 +11,10 @@ from pathlib import Path
 ROOT = Path(os.environ.get("NBGRAD_REPO", Path(__file__).resolve().parents[1]))
 
 
-NNSIGHT_STUB = """# Coming from nnsight
-
-nbgrad reads nnsight's intervention code: `model.transformer.h[0].output`, `.input`, `.save()`, `.grad`,
-`with tracer.invoke(...)`, `tracer.cache()`, `tracer.stop()` and `M.source` site names (nnsight 0.8's) work in a
-`%%trace` body as they do inside `with model.trace(...)`. What differs:
-
-| nnsight | nbgrad |
-|---|---|
-| `with model.trace("text") as tracer:` | a `%%trace model "text"` cell |
-| `h = model.transformer.h[0].output.save()`, then `h.value` (older versions) | `h` is a plain tensor after the cell |
-| reads in the order the model runs them; gradients in reverse order | statements in any order the data allows |
-| `tracer.barrier()` between invokes | no barrier: the hook graph orders the statements |
-| `with model.generate(...)` and `tracer.iter[...]` | `%%generate model "text"`, `step` in the body |
-
-See [tracing](../../tracing.md) for the order nbgrad runs statements in.
-"""
-
-
 def write_all(out: Path) -> None:
     (out / "tutorials").mkdir(parents=True, exist_ok=True)
-    (out / "guide").mkdir(exist_ok=True)
     copy_tutorials(out / "tutorials")
     _write(out / "reference.md", reference())
-    stub = out / "guide" / "nnsight.md"     # only while docs/nnsight.md, the page itself, is absent
-    if (ROOT / "docs" / "nnsight.md").exists():
-        stub.unlink(missing_ok=True)
-    else:
-        _write(stub, NNSIGHT_STUB)
 
 
 def _write(path: Path, text: str) -> None:

@@ -38,7 +38,7 @@ def test_export_keeps_the_static_picture_when_widget_state_is_saved(tmp_path):
     setup = "%load_ext nbgrad\nimport torch"
     show = "%show torch.arange(6.0).reshape(2, 3)"
     notebook, body = _export(tmp_path, [setup, show])
-    assert body.count('src="data:image/png;base64,') == 2
+    assert body.count('src="data:image/png;base64,') == 3       # the heatmap, its colour bar, the histogram
     # Why the bundle carries no widget in JupyterLab: where it does, nbconvert draws the widget view
     # from the saved state instead (a script from a CDN, nothing offline) and drops the picture.
     notebook, body = _export(tmp_path, [setup + "\nimport nbgrad.views.live as live\nlive.LIVE_WIDGET = True", show])

@@ -60,13 +60,14 @@ def test_the_run_view_explains_its_step_numbers():
 def test_graph_option_says_the_cell_was_not_run(shell, tiny, ids):
     from IPython.core.displaypub import CapturingDisplayPublisher
     shell.user_ns.update(tiny_model=tiny, ids=ids)
+    shell.user_ns.pop("graph_probe", None)          # the session's shell: another test may have bound names
     publisher, shell.display_pub = shell.display_pub, CapturingDisplayPublisher()
     try:
-        shell.run_cell_magic("trace", "tiny_model ids --graph", "a = tiny_model.transformer.h[1].output.save()")
+        shell.run_cell_magic("trace", "tiny_model ids --graph", "graph_probe = tiny_model.transformer.h[1].output.save()")
         data = shell.display_pub.outputs[-1]["data"]
     finally:
         shell.display_pub = publisher
-    assert "a" not in shell.user_ns
+    assert "graph_probe" not in shell.user_ns
     assert data["text/plain"].startswith("--graph: the cell was not run")
     svg = data["image/svg+xml"]
     assert "the cell was not run" in svg
