@@ -109,21 +109,24 @@ class Generation:
         self.shapes: dict = {}
         self.saved_invokes: dict = {}    # saved name -> the invoke whose block saved it
         self._step_before = namespace.get(STEP_NAME, _MISSING)
+        # what the cell's names held before it: a failed generation gives them back (SPEC §4: it binds no name)
+        self._names_before = {name: namespace.get(name, _MISSING) for name in program.bound_names}
 
     def run(self, args: tuple, kwargs: dict) -> GenerationResult:
         __tracebackhide__ = True
-        grad_mode = torch.is_grad_enabled()
+        grad_mode, failed = torch.is_grad_enabled(), True
         try:
             with torch.no_grad():        # from the first snapshot on: each step gives back the grad mode it found
                 self._open()
                 output = self.model.generate(*args, **kwargs)
+            failed = False
         except BaseException as error:
             raise self._failed(error)
         finally:
             try:
-                self._close(grad_mode)
+                self._close(grad_mode, failed)
             finally:
-                self._close(grad_mode)     # again: every step is idempotent, and an interrupt may cut the first
+                self._close(grad_mode, failed)    # again: every step is idempotent, and an interrupt may cut the first
         names = list(dict.fromkeys(name for saved in self.saved for name in saved))
         return GenerationResult(saved={name: [saved.get(name) for saved in self.saved] for name in names},
                                 graph=self.program.graph, shapes=self.shapes, saved_invokes=self.saved_invokes,
@@ -177,9 +180,9 @@ class Generation:
             _at_step(shown, self.step)
         return shown
 
-    def _close(self, grad_mode: bool) -> None:
-        """The open step first (its hooks, so nothing of ours fires again), then `step`, the saved lists and
-        grad mode."""
+    def _close(self, grad_mode: bool, failed: bool) -> None:
+        """The open step first (its hooks, so nothing of ours fires again), then `step`, the saved lists (after a
+        failure, the names as they were before the cell) and grad mode."""
         if self.runtime is not None:
             self.runtime.close()
         self.running = False
@@ -187,7 +190,12 @@ class Generation:
             self.ns.pop(STEP_NAME, None)
         else:
             self.ns[STEP_NAME] = self._step_before
-        for name in dict.fromkeys(name for bound in self.bound for name in bound):
+        for name, value in self._names_before.items() if failed else ():
+            if value is _MISSING:
+                self.ns.pop(name, None)
+            else:
+                self.ns[name] = value
+        for name in dict.fromkeys(name for bound in self.bound for name in bound) if not failed else ():
             self.ns[name] = [bound.get(name) for bound in self.bound]
         torch.set_grad_enabled(grad_mode)
 
