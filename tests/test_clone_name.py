@@ -38,7 +38,7 @@ def test_the_path_reading_tests_pass_in_a_clone_named_nbgrad(tmp_path):
                            env={**os.environ, "PYTHONPATH": f"{clone}{os.pathsep}{site}"})
     nbgrad_file, transformers_file = probe.stdout.split()
     assert nbgrad_file == str(clone / "nbgrad" / "__init__.py")
-    assert transformers_file.startswith(str(site)) and "/nbgrad/" in transformers_file
+    assert clone.name == "nbgrad" and Path(transformers_file).is_relative_to(site)    # a library's frames lie in it
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
                            "-o", "addopts=", *PATH_READING], cwd=clone, capture_output=True, text=True, timeout=900,
                           env={**os.environ, "PYTHONPATH": f"{clone}{os.pathsep}{site}", "HF_HUB_OFFLINE": "1",

@@ -196,7 +196,7 @@ def _builder(model: nn.Module, model_factory) -> tuple:
         if not callable(model_factory):
             raise NbgradError(f"--model-factory must be a function that returns the model, not "
                               f"{a_or_an(type(model_factory).__name__)}")
-        _check_picklable("--model-factory", model_factory)
+        check_picklable("--model-factory", model_factory)
         return model_factory, ("factory", id(model_factory))
     recorded = loading.load_arguments(model)
     if recorded is None:
@@ -236,16 +236,17 @@ def shipped_names(source: str, namespace: dict, model: nn.Module, helpers: tuple
         elif isinstance(value, nn.Module) and id(value) in paths:
             shipped[name] = _ModulePath(paths[id(value)])
         else:
-            _check_picklable(f"the name `{name}`", value)
+            check_picklable(f"the name `{name}`", value)
             shipped[name] = value
     return shipped
 
 
-def _check_picklable(what: str, value) -> None:
+def check_picklable(what: str, value, sends: str = "--engine ray sends the body's names to the workers",
+                     instead: str = "Make it in the body, or give the workers what they need another way") -> None:
+    """Refuse, before anything runs, a value that cannot travel to Ray (`sends` says where it would go)."""
     from ray import cloudpickle
     try:
         cloudpickle.dumps(value)
     except Exception as error:
-        raise NbgradError(f"--engine ray sends the body's names to the workers, and {what} (a "
-                          f"{type(value).__name__}) cannot be pickled: {type(error).__name__}: {error}. Make "
-                          f"it in the body, or give the workers what they need another way") from error
+        raise NbgradError(f"{sends}, and {what} (a {type(value).__name__}) cannot be pickled: "
+                          f"{type(error).__name__}: {error}. {instead}") from error

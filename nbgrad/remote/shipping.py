@@ -7,7 +7,7 @@ import ast
 import textwrap
 
 from ..engine.compile.dataflow import bound_names, read_names
-from ..errors import NbgradError
+from ..datasets.ray_engine import check_picklable
 from .paths import MODEL, ModulePath, RemotePath
 
 
@@ -37,10 +37,5 @@ def shipped_names(source: str, namespace: dict, handle) -> dict:
 
 
 def picklable(what: str, value) -> None:
-    from ray import cloudpickle
-    try:
-        cloudpickle.dumps(value)
-    except Exception as error:
-        raise NbgradError(f"a remote model's cell sends the names it reads to the model's actor, and {what} (a "
-                          f"{type(value).__name__}) cannot be pickled: {type(error).__name__}: {error}. Make it in "
-                          f"the cell, or give the actor what it needs with `.call(fn, ...)`") from error
+    check_picklable(what, value, "a remote model's cell sends the names it reads to the model's actor",
+                     "Make it in the cell, or give the actor what it needs with `.call(fn, ...)`")
