@@ -72,3 +72,15 @@ def hooked(model, ids, names=None, loss=None):
         for handle in handles:
             handle.remove()
     return outputs, inputs, grads, output
+
+
+def steered_logits(model, ids):
+    """The logits with block 1's last position steered by `torch.arange(32.) / 8`, done by a plain hook (the edit
+    tests' STEER, by hand)."""
+    def steer(module, args, output):
+        output[:, -1] += torch.arange(32.) / 8
+    handle = model.transformer.h[1].register_forward_hook(steer)
+    try:
+        return model(ids).logits
+    finally:
+        handle.remove()

@@ -7,21 +7,10 @@ import torch
 import nbgrad
 from nbgrad.engine.run.edits import active_edits, edit_hooks
 from nbgrad.errors import ModulePathError, NbgradError
-from helpers import hook_count, tiny_gpt2
+from helpers import hook_count, steered_logits, tiny_gpt2
 from interrupts import Injector
 
 STEER = "model.transformer.h[1].output[:, -1] += torch.arange(32.) / 8"
-
-
-def _steered(model, ids):
-    """The logits with STEER done by hand."""
-    def steer(module, args, output):
-        output[:, -1] += torch.arange(32.) / 8
-    handle = model.transformer.h[1].register_forward_hook(steer)
-    try:
-        return model(ids).logits
-    finally:
-        handle.remove()
 
 
 @pytest.mark.parametrize("source, line, said", [
@@ -58,7 +47,7 @@ def test_a_read_that_feeds_an_edit_is_allowed(tiny, ids):
     source = "h = model.transformer.h[1].output\nh[:, -1] += torch.arange(32.) / 8"
     with nbgrad.edit(tiny, source):
         edited = tiny(ids).logits
-    assert torch.equal(edited, _steered(tiny, ids))
+    assert torch.equal(edited, steered_logits(tiny, ids))
 
 
 def test_a_body_that_edits_nothing_is_refused(tiny):
@@ -74,7 +63,7 @@ def test_a_path_not_in_the_model_is_refused_when_installed(tiny):
 
 
 def test_an_error_in_a_later_cell_leaves_the_edit_whole(tiny, ids):
-    expected = _steered(tiny, ids)
+    expected = steered_logits(tiny, ids)
     with nbgrad.edit(tiny, STEER):
         hooks = edit_hooks(tiny)
         with pytest.raises(ZeroDivisionError):
@@ -106,7 +95,7 @@ def test_an_error_raised_by_the_edit_itself_names_its_line_and_leaves_it_whole(t
 
 def test_an_interrupt_at_any_line_of_a_call_leaves_the_edit_whole(ids):
     model = tiny_gpt2()
-    expected = _steered(model, ids)
+    expected = steered_logits(model, ids)
     edit = nbgrad.edit(model, STEER)
     hooks = edit_hooks(model)
     with Injector(record=True) as clean:
@@ -164,7 +153,7 @@ def test_a_name_the_body_reads_that_is_not_bound_is_said_when_installed(tiny):
 def test_an_interrupt_at_any_line_of_a_later_trace_leaves_the_edit_whole(ids):
     model = tiny_gpt2()
     cell = "h = model.transformer.h[1].output[:, -1].save()\nmodel.transformer.h[2].output[:, 0] = 0\n"
-    expected = _steered(model, ids)
+    expected = steered_logits(model, ids)
     edit = nbgrad.edit(model, STEER)
     hooks = edit_hooks(model)
     nbgrad.trace(model, ids, cell)                  # compiled once: the counted lines are those of a run

@@ -6,7 +6,7 @@ import torch
 import nbgrad
 from nbgrad.engine.run.edits import active_edits
 from nbgrad.notebook import comm
-from helpers import hook_count, tiny_gpt2
+from helpers import hook_count, steered_logits, tiny_gpt2
 
 BODY = "model.transformer.h[1].output[:, -1] += torch.arange(32.) / 8\n"
 
@@ -20,16 +20,6 @@ def edited(shell):
         edit.remove()
     for name in ("model", "ids", "before", "steer", "h", "after", "plain"):
         shell.user_ns.pop(name, None)
-
-
-def _steered(model, ids):
-    def steer(module, args, output):
-        output[:, -1] += torch.arange(32.) / 8
-    handle = model.transformer.h[1].register_forward_hook(steer)
-    try:
-        return model(ids).logits
-    finally:
-        handle.remove()
 
 
 def _steered_block(model, ids):
@@ -55,7 +45,7 @@ def test_the_cell_installs_the_edit_for_later_cells_until_it_is_removed(edited, 
                           "after = model.output.logits.save()").success
     assert shell.run_cell("plain = model(ids).logits").success
     assert shell.run_cell("steer.remove()").success
-    expected = _steered(ns["model"], ns["ids"])
+    expected = steered_logits(ns["model"], ns["ids"])
     assert torch.equal(ns["after"], expected) and torch.equal(ns["plain"], expected)
     assert torch.equal(ns["h"], _steered_block(ns["model"], ns["ids"]))
     assert torch.equal(ns["model"](ns["ids"]).logits, ns["before"]) and hook_count(ns["model"]) == 0
@@ -108,6 +98,6 @@ def test_a_helper_from_an_earlier_cell_edits_and_the_edit_keeps_only_the_names_i
     plain = ns["model"](ns["ids"]).logits
     kept = set(ns["e"].namespace) - {"__builtins__", "__nbgrad__"}
     ns["e"].remove()
-    assert torch.equal(plain, _steered(ns["model"], ns["ids"])) and kept == {"steer", "model", "direction"}
+    assert torch.equal(plain, steered_logits(ns["model"], ns["ids"])) and kept == {"steer", "model", "direction"}
     for name in ("direction", "unused", "steer", "e"):
         ns.pop(name)
