@@ -84,3 +84,13 @@ def test_the_progress_bar_of_a_dataset_run_is_text(capsys):
     with _progress(3, True) as bar:
         assert type(bar).__module__ == "tqdm.std"             # not tqdm.notebook's widget
         bar.update(3)
+
+
+def test_the_generation_panels_table_of_top_tokens_keeps_its_header(default_model):
+    from nbgrad.views.generation import generation_panel
+    result = nbgrad.generate(default_model, "The cat sat on the", "", max_new_tokens=3)
+    panel = generation_panel(result.input_ids, result.output, result.top_next, result.saved,
+                             nbgrad.tokenizer_for(default_model), "gen")
+    html = panel._repr_mimebundle_()["text/html"]
+    assert '<table class="nbgrad-generation-topk"><tr><th>step</th><th>top 1</th>' in html
+    assert html.count("<tr><td>step ") == 3

@@ -3,10 +3,8 @@ each saved name's values behind a step slider. Takes what the caller passes (tok
 tokens, per-step values, a tokenizer); nothing of the engine."""
 from __future__ import annotations
 
-import html
-import json
-
 from .panel import MAX_ITEMS, Panel, items_for, static_html, text_summary
+from .static import topk_table
 
 MAX_STEPS = 64        # per saved name; a longer generation shows its first steps (and says so)
 MAX_ROWS = 8          # prompts of a batch whose text is shown
@@ -108,11 +106,7 @@ def _static_page(payload: dict) -> str:
     topk = payload["items"][0].get("topk")
     if not topk:
         return head + rest
-    esc = html.escape
-    rows = "".join(f"<tr><td>{esc(position)}</td>" + "".join(
-        f"<td>{esc(json.dumps(token))} {p * 100:.1f}%</td>" for token, p in zip(tokens, probs)) + "</tr>"
-        for position, tokens, probs in zip(topk["positions"], topk["tokens"], topk["probs"]))
-    return f'{head}<table class="nbgrad-generation-topk" style="font-size:12px">{rows}</table>{rest}'
+    return f'{head}{topk_table(topk, "step", "nbgrad-generation-topk")}{rest}'
 
 
 def _topk_text(item: dict) -> str:

@@ -73,7 +73,7 @@ def _item_html(item: dict) -> str:
     if item.get("histogram"):
         parts.append(_histogram_html(item["histogram"], item["name"]))
     if item.get("topk"):
-        parts.append(_topk_html(item["topk"]))
+        parts.append(topk_table(item["topk"]))
     return "".join(parts) + "</div>"
 
 
@@ -112,13 +112,15 @@ def _histogram_html(hist: dict, name: str) -> str:
             f'<small style="color:#666">{esc(what)}</small><small>{hist["hi"]:.4g}</small></div></div>')
 
 
-def _topk_html(topk: dict) -> str:
+def topk_table(topk: dict, first: str = "position", css_class: str = "nbgrad-topk") -> str:
+    """The top tokens as a table with its header row: `first` (what a row is), then top 1, top 2, ..."""
     def cell(token, p):
         return f"<td>{esc(json.dumps(token))} {'–' if p is None else f'{p * 100:.1f}%'}</td>"
-    head = "<tr><th>position</th>" + "".join(f"<th>top {i + 1}</th>" for i in range(len(topk["tokens"][0]))) + "</tr>"
+    head = f"<tr><th>{esc(first)}</th>" + "".join(f"<th>top {i + 1}</th>" for i in range(len(topk["tokens"][0]))) \
+        + "</tr>"
     rows = "".join(f"<tr><td>{esc(pos)}</td>" + "".join(cell(t, p) for t, p in zip(topk["tokens"][i], topk["probs"][i]))
                    + "</tr>" for i, pos in enumerate(topk["positions"]))
-    return f'<table class="nbgrad-topk">{head}{rows}</table>'
+    return f'<table class="{css_class}">{head}{rows}</table>'
 
 
 def _img(png: bytes, alt: str, style: str = "") -> str:
