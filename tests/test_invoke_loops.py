@@ -143,7 +143,7 @@ def test_an_invoke_in_a_loop_with_break_is_still_refused(model):
     with pytest.raises(nbgrad.NbgradError) as caught:
         nbgrad.trace(model, None, "for i in range(2):\n    with invoke('Paris'):\n"
                                   "        x = model.lm_head.output.save()\n    break", {"model": model})
-    assert "line 2: `with invoke(...)` must stand at the top level of the cell or in a `for` loop there" \
+    assert "line 2: `with invoke(...)` must stand at the top level of the cell, in a `for` loop or an `if` there" \
            in str(caught.value)
 
 

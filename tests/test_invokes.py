@@ -237,8 +237,8 @@ with invoke({SHORT!r}):
 @pytest.mark.parametrize("source, kwargs, message", [
     (f"with invoke({SHORT!r}):\n    x = model.lm_head.output.save()", {"input": SHORT},
      "line 1: INPUT on the %%trace line and `with invoke(...)` blocks together"),
-    (f"x = 1\nif True:\n    with invoke({SHORT!r}):\n        y = model.lm_head.output.save()", {},
-     "line 3: `with invoke(...)` must stand at the top level of the cell or in a `for` loop there"),
+    (f"x = 1\nwhile x:\n    with invoke({SHORT!r}):\n        y = model.lm_head.output.save()", {},
+     "line 3: `with invoke(...)` must stand at the top level of the cell, in a `for` loop or an `if` there"),
     (f"with invoke({SHORT!r}):\n    x = 1\nwith invoke([]):\n    y = model.lm_head.output.save()", {},
      "line 3: invoke([]) has no rows"),
     (f"with invoke(''):\n    x = model.lm_head.output.save()", {}, "line 1: invoke('') has an empty prompt"),

@@ -1,6 +1,7 @@
 """`for` loops the run cannot take as one statement, unrolled before compiling: a loop that makes invokes
 (`for layer in range(n): with invoke(corrupt): ...`, one invoke per block entered, all in one batch) and a
-loop that reads `.grad` of a name it binds (each iteration's binding is its own tensor).
+loop that reads `.grad` of a name it binds (each iteration's binding is its own tensor). An `if` around an
+invoke block is decided the same way, before the run: the block is entered or not.
 
 The loop's iterable is evaluated before the run, in the notebook's names (`elements_of`), and the body is
 copied once per element with the loop variable replaced by that element: a constant (`3`, `"a"`) or the
@@ -15,6 +16,7 @@ import copy
 import itertools
 
 from .cellast import is_backward_block, is_invoke_block, is_path, walk_cell_level
+from .dataflow import bound_names, read_names
 from ...errors import NbgradError
 
 LOOP_PREFIX = "_nbgrad_loop_"     # an iteration's own binding of a name: dropped from the namespace after the run
@@ -24,8 +26,9 @@ _CONSTANTS = (int, float, str, bool, type(None))
 
 
 def misplaced_invoke(line: int) -> NbgradError:
-    return NbgradError("`with invoke(...)` must stand at the top level of the cell or in a `for` loop there (no "
-                       "break, continue or else), not inside another statement", line)
+    return NbgradError("`with invoke(...)` must stand at the top level of the cell, in a `for` loop or an `if` "
+                       "there (no break, continue or else), or in a function the cell calls, not inside another "
+                       "statement (a `while`, a `with`, another invoke)", line)
 
 
 def source_text(source: str, node: ast.AST) -> str:
@@ -49,11 +52,14 @@ def unrolled(body: list, elements: tuple | None) -> list:
 
 
 def elements_of(body: list, namespace: dict) -> tuple:
-    """Per loop to unroll (in the order the unrolled cell meets them), what each element puts in its place."""
+    """Per loop to unroll (in the order the unrolled cell meets them), what each element puts in its place;
+    per `if` around an invoke, whether its test holds."""
     found: list = []
+    bound = set().union(*(bound_names(stmt)[0] for stmt in body))
 
-    def evaluate(loop: ast.For) -> tuple:
-        described = _described(loop, namespace)
+    def evaluate(node: ast.For | ast.If):
+        described = _described(node, namespace, bound) if isinstance(node, ast.For) else \
+            _decided(node, namespace, bound)
         found.append(described)
         return described
     _Unroller(evaluate).statements(copy.deepcopy(body))
@@ -68,7 +74,13 @@ def _loop_level(body: list):
             yield from _loop_level(stmt.body)
 
 
+def _holds_invoke(stmt: ast.stmt) -> bool:
+    return any(isinstance(node, ast.With) and is_invoke_block(node) for node in walk_cell_level(stmt))
+
+
 def _to_unroll(stmt: ast.stmt) -> bool:
+    if isinstance(stmt, ast.If):
+        return _holds_invoke(stmt)
     if not isinstance(stmt, ast.For) or stmt.orelse or not _simple_target(stmt.target):
         return False
     inside = [node for inner in stmt.body for node in walk_cell_level(inner)]
@@ -90,16 +102,43 @@ def _target_names(target: ast.expr) -> list:
     return [target.id] if isinstance(target, ast.Name) else [t.id for t in target.elts]
 
 
-def _described(loop: ast.For, namespace: dict) -> tuple:
-    """Each element as, per target name, ("c", value) for a constant or ("i", k, j...) for where it sits."""
+_LOOP_BEFORE = ("a `for` loop that makes invokes (or reads `.grad` of a name it binds) runs over its elements "
+                "before the model does")
+_IF_BEFORE = "an `if` around `with invoke(...)` is decided before the model runs"
+
+
+def _before_the_run(expr: ast.expr, namespace: dict, bound: set, what: str, line: int):
+    """`expr` evaluated in the notebook's names, before the model runs; an error if the cell binds a name it reads
+    (the namespace holds that name's value from before the cell, not the cell's)."""
+    text = ast.unparse(expr)
     try:
-        code = compile(ast.fix_missing_locations(ast.Expression(body=loop.iter)), "<loop>", "eval")
-        values = list(itertools.islice(eval(code, namespace), MOST_ELEMENTS + 1))
+        value = eval(compile(ast.fix_missing_locations(ast.Expression(body=expr)), "<loop>", "eval"), namespace)
     except Exception as error:
-        raise NbgradError(f"a `for` loop that makes invokes (or reads `.grad` of a name it binds) runs over its "
-                          f"elements before the model does: `{ast.unparse(loop.iter)}` could not be evaluated "
-                          f"from the notebook's names ({type(error).__name__}: {error}); compute it in an "
-                          f"earlier cell", loop.lineno) from error
+        raise NbgradError(f"{what}: `{text}` could not be evaluated from the notebook's "
+                          f"names ({type(error).__name__}: {error}); compute it in an earlier cell", line) from error
+    if stale := sorted(read_names(expr) & bound):
+        raise NbgradError(f"{what}: `{text}` reads `{stale[0]}`, which this cell binds; "
+                          f"compute it in an earlier cell", line)
+    return value
+
+
+def _decided(test: ast.If, namespace: dict, bound: set) -> bool:
+    value = _before_the_run(test.test, namespace, bound, _IF_BEFORE, test.lineno)
+    try:
+        return bool(value)
+    except Exception as error:      # a tensor of several values, say
+        raise NbgradError(f"{_IF_BEFORE}: `{ast.unparse(test.test)}` has no truth value "
+                          f"({type(error).__name__}: {error})", test.lineno) from error
+
+
+def _described(loop: ast.For, namespace: dict, bound: set) -> tuple:
+    """Each element as, per target name, ("c", value) for a constant or ("i", k, j...) for where it sits."""
+    iterable = _before_the_run(loop.iter, namespace, bound, _LOOP_BEFORE, loop.lineno)
+    try:
+        values = list(itertools.islice(iterable, MOST_ELEMENTS + 1))
+    except Exception as error:
+        raise NbgradError(f"{_LOOP_BEFORE}: `{ast.unparse(loop.iter)}` could not be "
+                          f"iterated ({type(error).__name__}: {error})", loop.lineno) from error
     if len(values) > MOST_ELEMENTS:
         raise NbgradError(f"`{ast.unparse(loop.iter)}` has more than {MOST_ELEMENTS} elements: too many "
                           f"invokes or copies for one run", loop.lineno)
@@ -134,13 +173,15 @@ def _element_expr(loop: ast.For, described: tuple) -> ast.expr:
 
 class _Unroller:
     def __init__(self, elements_for):
-        self.elements_for = elements_for     # loop -> its described elements
+        self.elements_for = elements_for     # loop -> its described elements; `if` -> whether it holds
         self.serial = 0
 
     def statements(self, body: list) -> list:
         result = []
         for stmt in body:
-            if _to_unroll(stmt):
+            if isinstance(stmt, ast.If) and _to_unroll(stmt):      # entered or not, as its test says now
+                result.extend(self.statements(stmt.body if self.elements_for(stmt) else stmt.orelse))
+            elif _to_unroll(stmt):
                 result.extend(self.loop(stmt))
             elif is_invoke_block(stmt) or is_backward_block(stmt):
                 stmt.body = self.statements(stmt.body)
@@ -151,17 +192,26 @@ class _Unroller:
 
     def loop(self, loop: ast.For) -> list:
         described = self.elements_for(loop)
-        names, own = _target_names(loop.target), _own_names(loop.body)
+        names = _target_names(loop.target)
         copies, versions, last = [], {}, None
         for element in described:
             last = {name: _element_expr(loop, part) for name, part in zip(names, element)}
-            body = [ast.fix_missing_locations(_Substitute(last).visit(copy.deepcopy(stmt))) for stmt in loop.body]
-            copies.extend(self.statements(self._renamed(body, own, versions)))
+            body = self._decided([ast.fix_missing_locations(_Substitute(last).visit(copy.deepcopy(stmt)))
+                                  for stmt in loop.body])
+            copies.extend(self.statements(self._renamed(body, _own_names(body), versions)))
         if last is not None:
             for name, value in {**last, **{n: ast.Name(v, ast.Load()) for n, v in versions.items()}}.items():
                 assign = ast.Assign(targets=[ast.Name(name, ast.Store())], value=_marked(value))
                 copies.append(ast.fix_missing_locations(ast.copy_location(_marked(assign), loop)))
         return copies
+
+    def _decided(self, body: list) -> list:
+        """A copy's `if`s around invokes replaced by the branch taken: what it binds is the copy's own."""
+        result = []
+        for stmt in body:
+            chosen = isinstance(stmt, ast.If) and _to_unroll(stmt)
+            result.extend(self._decided(stmt.body if self.elements_for(stmt) else stmt.orelse) if chosen else [stmt])
+        return result
 
     def _renamed(self, body: list, own: set, versions: dict) -> list:
         """Each name of `own` bound in this copy gets a name of its own; reads see the latest one."""
