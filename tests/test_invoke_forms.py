@@ -105,3 +105,91 @@ def test_what_decides_the_invokes_must_be_known_before_the_run(model, source, me
         nbgrad.trace(model, None, source, {"model": model, "n": 5, "limit": 0})
     assert message in str(caught.value)
     assert_clean(model, before)
+
+
+PATCH = """
+def patch(layer, scale=0.0):
+    with invoke(corrupt):
+        model.transformer.h[layer].output[:, -1] *= scale
+        logits = model.lm_head.output[0, -1]
+        return logits.save()
+"""
+
+
+@pytest.mark.parametrize("calls", [
+    "outs = [patch(layer) for layer in range(LAYERS)]",
+    "outs = []\nfor layer in range(LAYERS):\n    outs.append(patch(layer))",
+    "outs = [patch(0), patch(1, scale=0.0), patch(layer=2)]",
+    "outs = list(iter(patch(layer) for layer in range(LAYERS) if layer < LAYERS))",
+])
+def test_a_function_the_cell_defines_makes_one_invoke_per_call(model, calls):
+    before = model_state(model)
+    namespace = {"model": model, "corrupt": CORRUPT, "LAYERS": LAYERS}
+    result = nbgrad.trace(model, None, PATCH + calls, namespace, no_grad=True)
+    assert result.invokes == [CORRUPT] * LAYERS
+    for layer in range(LAYERS):
+        expected = hooked_last_logits(model, CORRUPT, layer)
+        assert torch.allclose(namespace["outs"][layer], expected, atol=1e-4), layer
+        assert torch.allclose(namespace["outs"][layer], one_trace(model, CORRUPT, layer), atol=1e-4), layer
+    assert callable(namespace["patch"]) and "logits" not in namespace        # its own names stay its own
+    assert not [name for name in namespace if name.startswith("_nbgrad")]
+    assert_clean(model, before)
+
+
+def test_a_comprehension_of_prompts_through_a_helper_gives_each_prompt_its_rows(model):
+    prompts = [CLEAN, OTHER, CORRUPT]
+    namespace = {"model": model, "prompts": prompts}
+    result = nbgrad.trace(model, None, """
+def last(prompt):
+    with invoke(prompt):
+        out = model.lm_head.output[:, -1].save()
+    return out
+outs = {prompt: last(prompt) for prompt in prompts}
+""", namespace, no_grad=True)
+    assert result.invokes == prompts and "prompt" not in namespace
+    for prompt in prompts:
+        assert torch.allclose(namespace["outs"][prompt][0], hooked_last_logits(model, prompt), atol=1e-4), prompt
+
+
+def test_a_helper_from_an_earlier_cell_makes_invokes_in_a_loop(shell, model):
+    shell.user_ns.update(model=model, corrupt=CORRUPT, LAYERS=LAYERS)
+    assert shell.run_cell(PATCH).success
+    try:
+        result = shell.run_cell("%%trace model --no-grad -q\nouts = {}\nfor layer in range(LAYERS):\n"
+                                "    if layer != 1:\n        outs[layer] = patch(layer)")
+        assert result.success, result.error_in_exec
+        outs = shell.user_ns["outs"]
+        assert sorted(outs) == [0, 2]
+        for layer in (0, 2):
+            assert torch.allclose(outs[layer], hooked_last_logits(model, CORRUPT, layer), atol=1e-4), layer
+        assert not [name for name in shell.user_ns if name.startswith("_nbgrad")]
+    finally:
+        for name in ("patch", "outs", "layer", "corrupt", "LAYERS"):
+            shell.user_ns.pop(name, None)
+
+
+@pytest.mark.parametrize("calls, message", [
+    ("outs = list(map(patch, range(2)))", "line 7: `patch` makes invokes, which nbgrad lays out before the model "
+     "runs, so it must be called by name at the cell's level, in a `for` loop, under an `if` or in a comprehension "
+     "(`outs = [patch(x) for x in xs]`), not used as a value (passed to another function, stored or bound)"),
+    ("outs = [patch(0) if LAYERS else None]", "not inside a lambda, a conditional expression or `and` / `or` "
+     "(write an `if` statement)"),
+    ("def twice():\n    return patch(0), patch(1)\nouts = twice()", "not inside another function, class or `try`"),
+    ("outs = patch(*[0])", "not with `*args` or `**kwargs` (give each argument by name or position)"),
+])
+def test_a_form_that_cannot_make_invokes_says_what_to_write(model, calls, message):
+    before = model_state(model)
+    namespace = {"model": model, "corrupt": CORRUPT, "LAYERS": LAYERS}
+    with pytest.raises(nbgrad.NbgradError) as caught:
+        nbgrad.trace(model, None, PATCH + calls, namespace, no_grad=True)
+    assert message in str(caught.value)
+    assert_clean(model, before)
+
+
+def test_a_return_before_the_end_is_refused(model):
+    source = "def early(p):\n    if p:\n        return None\n    with invoke(p):\n" \
+             "        return model.lm_head.output.save()\nx = early('Paris')"
+    with pytest.raises(nbgrad.NbgradError) as caught:
+        nbgrad.trace(model, None, source, {"model": model})
+    assert "line 3: `early` makes invokes" in str(caught.value) and "not with a `return` before its end" \
+        in str(caught.value)

@@ -144,10 +144,16 @@ def _is_traced_method(call: ast.Call, traced: set) -> bool:
     return isinstance(receiver, ast.Name) and receiver.id in traced
 
 
+def makes_invokes(stmt: ast.AST) -> bool:
+    """A `def` with a `with invoke(...)` block in its own body: its calls are inlined before compiling (inline.py)."""
+    return isinstance(stmt, ast.FunctionDef) and any(isinstance(n, ast.With) and is_invoke_block(n)
+                                                     for n in walk_cell_level(stmt))
+
+
 def can_pause_in(stmt: ast.AST) -> bool:
     """A plain `def` (no decorators, not a generator: its twin's pauses are yields of its own) whose body
     uses module events: the cell's direct calls of it pause at those events like the cell's own statements."""
-    return (isinstance(stmt, ast.FunctionDef) and not stmt.decorator_list
+    return (isinstance(stmt, ast.FunctionDef) and not stmt.decorator_list and not makes_invokes(stmt)
             and any(isinstance(n, ast.Attribute) and n.attr in MODULE_EVENTS for n in ast.walk(stmt))
             and not any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in walk_cell_level(stmt)))
 

@@ -7,15 +7,14 @@ that pass. Names bound by a node are declared `global`, so they land in the cell
 from __future__ import annotations
 
 import ast
-import builtins
 import textwrap
 import types
 from functools import lru_cache
 
 from .cellast import (MODULE_EVENTS, calls_nothing, can_pause_in, generator_function, is_backward_block,
                       is_backward_call, is_invoke_block, is_path, loop_sources, opens_source, position, walk_cell_level)
-from .dataflow import (add_dependencies, augmented_names, bound_names, cache_names, grad_only_names, helper_names,
-                       mark_waits, read_names, stored_names, written_events)
+from .dataflow import (add_dependencies, augmented_names, bound_names, cache_names, called_names, grad_only_names,
+                       helper_names, mark_waits, read_names, stored_names, written_events)
 from ...errors import NbgradError, register_cell_source
 from .loops import (aliases, element_code, indexed_container, innermost_path, is_module_iterable, loop_filters,
                     loop_variable)
@@ -28,6 +27,7 @@ from .rewrite import Rewriter
 from .targets import forward_targets
 from .siteaccess import open_sources
 from .unroll import LOOP_PREFIX, misplaced_invoke, source_text, unrolled
+from .inline import inlined
 
 _serial = 0
 
@@ -46,7 +46,7 @@ def compile_cell(source: str, mode: str = "trace", helpers: tuple = (), elements
     except SyntaxError as error:
         error.filename = filename
         raise
-    module.body = unrolled(module.body, elements)
+    module.body = unrolled(inlined(module.body, helpers), elements)
     return _Builder(source, mode, filename, helpers).build(open_sources(module).body)
 
 
@@ -108,9 +108,7 @@ class _Builder:
                 names, mutated = bound_names(stmt)
                 all_bound |= names | mutated
         self.cell_bound = all_bound
-        called = {n.func.id for stmt, _, _ in flat for n in walk_cell_level(stmt)
-                  if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-        called_names = frozenset(called - all_bound - set(dir(builtins)) - {"invoke", "cache", "stop"})
+        called = called_names([stmt for stmt, _, _ in flat], all_bound)
         stopping = [index for index, (stmt, _, _) in enumerate(flat) if self._calls_stop(stmt)]   # before rewriting
         stored_anywhere = set().union(*(stored_names(stmt) for stmt, _, _ in flat))
         free = frozenset().union(*(read_names(stmt) for stmt, _, _ in flat)) - all_bound - stored_anywhere
@@ -131,7 +129,7 @@ class _Builder:
         targets = forward_targets(self, free, alias_at)      # before `hooked_ahead` is read
         return Program(self.source, self.mode, self.filename, graph, nodes, self.uses, forward_targets=targets,
                        grad_targets=self.grad_targets, bound_names=bound, invokes=self.invokes, calls_nothing=plain,
-                       called_names=called_names, helper_globals=helper_globals,
+                       called_names=called, helper_globals=helper_globals,
                        runtime_names=frozenset(self.runtime_names), containers=self.containers,
                        keeps_only=keeping and len(self.hooked_ahead) == len(self.uses), one_save=single)
 

@@ -3,8 +3,9 @@ place, and the order that follows from them."""
 from __future__ import annotations
 
 import ast
+import builtins
 
-from .cellast import event_root, is_backward_block, is_event_attr, root_name
+from .cellast import event_root, is_backward_block, is_event_attr, root_name, walk_cell_level
 
 
 class _BoundNames(ast.NodeVisitor):
@@ -224,3 +225,13 @@ def helper_names(definitions) -> frozenset:
             local |= bound_names(stmt)[0] | stored_names(stmt)
         found |= read_names(definition) - local
     return frozenset(found)
+
+
+def called_names(statements: list, bound: set | None = None) -> frozenset:
+    """Names the statements call (`f(...)`) that they do not bind (`bound`: what the cell binds, when known), less
+    builtins and the names every body has: where a helper from an earlier cell may be."""
+    if bound is None:
+        bound = set().union(*(set().union(*bound_names(stmt)) for stmt in statements))
+    called = {n.func.id for stmt in statements for n in walk_cell_level(stmt)
+              if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    return frozenset(called - bound - set(dir(builtins)) - {"invoke", "cache", "stop"})

@@ -9,33 +9,46 @@ import textwrap
 import types
 from functools import lru_cache
 
-from .cellast import can_pause_in
+from .cellast import can_pause_in, makes_invokes
 from .compiler import compile_cell
+from .dataflow import called_names
+from .inline import inlined
 from .unroll import NeedsElements, elements_of
 
 
 def compile_with_helpers(source: str, mode: str, namespace: dict | None):
-    """The cell's Program, with the helpers it calls directly (if any) compiled into it, and its loops that make
-    invokes or rebind a name whose `.grad` it reads unrolled over their elements in `namespace` (unroll.py)."""
+    """The cell's Program, with the helpers it calls directly (if any) compiled into it (a helper that makes
+    invokes inlined: inline.py), and its loops that make invokes or rebind a name whose `.grad` it reads unrolled
+    over their elements in `namespace` (unroll.py)."""
     try:
-        program, elements = compile_cell(source, mode), None
+        program = compile_cell(source, mode)
+        if namespace is None or not program.called_names:      # the common cell: one cached compile, no lookup
+            return program
+        called = program.called_names
     except NeedsElements:
-        elements = elements_of(ast.parse(textwrap.dedent(source)).body, namespace if namespace is not None else {})
-        program = compile_cell(source, mode, (), elements)
-    if namespace is None or not program.called_names:      # the common cell: one cached compile, no lookup
+        program, called = None, called_names(ast.parse(textwrap.dedent(source)).body)
+    helpers = _helpers_of(called, namespace if namespace is not None else {})
+    if program is not None and not helpers:
         return program
-    helpers = _helpers_of(program, namespace)
-    return compile_cell(source, mode, helpers, elements) if helpers else program
+    try:
+        return compile_cell(source, mode, helpers)
+    except NeedsElements:
+        body = inlined(ast.parse(textwrap.dedent(source)).body, helpers)
+        elements = elements_of(body, namespace if namespace is not None else {})
+        return compile_cell(source, mode, helpers, elements)
 
 
 def called_helpers(source: str, mode: str, namespace: dict | None) -> tuple:
     """(name, source) of each helper from an earlier cell that the cell calls directly, by name."""
-    program = compile_cell(source, mode)
-    return _helpers_of(program, namespace) if namespace is not None and program.called_names else ()
+    try:
+        called = compile_cell(source, mode).called_names
+    except NeedsElements:
+        called = called_names(ast.parse(textwrap.dedent(source)).body)
+    return _helpers_of(called, namespace) if namespace is not None and called else ()
 
 
-def _helpers_of(program, namespace: dict) -> tuple:
-    return tuple((name, text) for name in sorted(program.called_names)
+def _helpers_of(called: frozenset, namespace: dict) -> tuple:
+    return tuple((name, text) for name in sorted(called)
                  if (text := helper_source(namespace.get(name), namespace)) is not None)
 
 
@@ -57,6 +70,7 @@ def _event_source(code: types.CodeType, name: str) -> str | None:
     except (OSError, TypeError, SyntaxError):
         return None
     definition = tree.body[0] if len(tree.body) == 1 else None
-    if not (isinstance(definition, ast.FunctionDef) and definition.name == name and can_pause_in(definition)):
+    if not (isinstance(definition, ast.FunctionDef) and definition.name == name
+            and (can_pause_in(definition) or makes_invokes(definition))):
         return None
     return text

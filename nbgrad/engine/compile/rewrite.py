@@ -5,8 +5,8 @@ import ast
 import copy
 
 from .cellast import (MODULE_EVENTS, const, generator_function, is_backward_block, is_backward_call, is_event_attr,
-                      is_invoke_block, is_save_call, loop_sources, name, never_runs_yield, position, thunk,
-                      touches_events)
+                      is_invoke_block, is_save_call, loop_sources, makes_invokes, name, never_runs_yield, position,
+                      thunk, touches_events)
 from ...errors import NbgradError
 from .containers import element_index
 from .unroll import misplaced_invoke
@@ -181,6 +181,8 @@ class Rewriter(ast.NodeTransformer):
             return self.generic_visit(node)          # a comprehension nbgrad turned into a generator
         if id(node) in self.builder.twin_defs:
             return self._with_twin(node)
+        if makes_invokes(node):
+            return node          # its calls are inlined (inline.py): any other caller runs it as plain Python
         for inner in ast.walk(node):
             if isinstance(inner, ast.Attribute) and inner.attr in MODULE_EVENTS:
                 raise NbgradError(f"`.{inner.attr}` inside a function that nbgrad cannot pause in (a lambda, "
