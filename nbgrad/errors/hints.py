@@ -43,9 +43,10 @@ def _event_outside_the_cell(error) -> str | None:
     if found is None or getattr(error, "obj", None) is not None and not isinstance(error.obj, nn.Module):
         return None
     return (f"`.{found.group(2)}` of a module is an event that only a %%trace cell's own statements can read, "
-            f"with the plain functions (defined at the top level of this cell or an earlier one) that the cell "
-            f"calls directly. This one was read inside a function called some other way (passed to map or a "
-            f"library, or called by another function): read it in the cell and pass the value to the function")
+            f"with the plain functions (defined at the top level of this cell or an earlier one) and the methods of "
+            f"the notebook's objects (`adapter()`, `obj.patch()`) that the cell calls directly. This one was read "
+            f"inside a function called some other way (passed to map or a library, or called by another function or "
+            f"method): read it in the cell and pass the value to the function")
 
 
 def _misspelled_event(error) -> str | None:

@@ -19,11 +19,12 @@ from ...errors import NbgradError, register_cell_source
 from .loops import (aliases, element_code, indexed_container, innermost_path, is_module_iterable, loop_filters,
                     loop_variable)
 from .graph import BackwardPass, EventUse, HookGraph, Node
-from .program import RUNTIME_NAME, TEMP_PREFIX, CompiledNode, Invoke, Program, Target
+from .program import TEMP_PREFIX, CompiledNode, Invoke, Program, Target, runtime_names
 from .containers import argument_names
 from .hookloops import hook_loop, with_use
 from .keeping import keeps_only, one_save
 from .rewrite import Rewriter
+from .methods import cell_methods, instances
 from .targets import forward_targets
 from .siteaccess import open_sources
 from .unroll import LOOP_PREFIX, misplaced_invoke, source_text, unrolled
@@ -93,6 +94,8 @@ class _Builder:
         self.hooked_ahead: set = set()   # ids of the uses a forward target names (compile/targets.py)
         self.globals_only: frozenset = frozenset()   # free names no lambda or function of the cell takes as an argument
         self.caches: frozenset = frozenset()         # names bound to the run's `cache(...)`: `c.inputs` is no event
+        self.instances: dict = {}        # name -> class, of the objects the cell makes (methods.py)
+        self.assigned: set = set()       # the names the cell binds (not those it only changes in place)
 
     def build(self, body: list) -> Program:
         plain, keeping, single = calls_nothing(body), keeps_only(body), one_save(body, self.source)    # before rewriting
@@ -108,7 +111,10 @@ class _Builder:
                 names, mutated = bound_names(stmt)
                 all_bound |= names | mutated
         self.cell_bound = all_bound
-        called = called_names([stmt for stmt, _, _ in flat], all_bound)
+        self.instances, self.helpers = instances(flat_statements := [s for s, _, _ in flat]), \
+            self.helpers | cell_methods(flat_statements)      # the methods of the cell's classes that read events
+        self.assigned = set().union(*(bound_names(s)[0] for s in flat_statements if not is_backward_block(s)))
+        called = called_names(flat_statements, self.assigned)
         stopping = [index for index, (stmt, _, _) in enumerate(flat) if self._calls_stop(stmt)]   # before rewriting
         stored_anywhere = set().union(*(stored_names(stmt) for stmt, _, _ in flat))
         free = frozenset().union(*(read_names(stmt) for stmt, _, _ in flat)) - all_bound - stored_anywhere
@@ -116,7 +122,6 @@ class _Builder:
         self.free = free = free | helper_globals
         self.globals_only = free - argument_names(stmt for stmt, _, _ in flat)
         caches = self.caches = frozenset() if "cache" in all_bound else cache_names(stmt for stmt, _, _ in flat)
-        flat_statements = [stmt for stmt, _, _ in flat]     # before the rewriter edits them
         alias_at = aliases(flat_statements)
         nodes = [self._compile_node(index, *entry) for index, entry in enumerate(flat)]
         specs = [node.spec for node in nodes]
@@ -276,12 +281,6 @@ class _Builder:
 
     def _eval_code(self, expr: ast.expr) -> types.CodeType:
         return compile(ast.fix_missing_locations(ast.Expression(body=expr)), self.filename, "eval")
-
-
-def runtime_names(statements: list) -> set:
-    """The attributes of the runtime that compiled statements use (`new`, `Read`, `save`, `cache`, ...)."""
-    return {node.attr for stmt in statements for node in ast.walk(stmt) if isinstance(node, ast.Attribute)
-            and isinstance(node.value, ast.Name) and node.value.id == RUNTIME_NAME}
 
 
 def _function_code(body: list, global_names: list, name: str, line: int, filename: str) -> types.CodeType:

@@ -6,6 +6,7 @@ import ast
 import builtins
 
 from .cellast import event_root, is_backward_block, is_event_attr, root_name, walk_cell_level
+from .methods import called_methods
 
 
 class _BoundNames(ast.NodeVisitor):
@@ -229,9 +230,11 @@ def helper_names(definitions) -> frozenset:
 
 def called_names(statements: list, bound: set | None = None) -> frozenset:
     """Names the statements call (`f(...)`) that they do not bind (`bound`: what the cell binds, when known), less
-    builtins and the names every body has: where a helper from an earlier cell may be."""
+    builtins and the names every body has, and the keys of the notebook objects' methods they may call (methods.py):
+    where a helper from an earlier cell may be."""
     if bound is None:
-        bound = set().union(*(set().union(*bound_names(stmt)) for stmt in statements))
+        bound = set().union(*(bound_names(stmt)[0] for stmt in statements))
     called = {n.func.id for stmt in statements for n in walk_cell_level(stmt)
               if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-    return frozenset(called - bound - set(dir(builtins)) - {"invoke", "cache", "stop"})
+    called = called - bound - set(dir(builtins)) - {"invoke", "cache", "stop"}
+    return frozenset(called | called_methods(statements, bound))

@@ -13,6 +13,7 @@ from .cellast import can_pause_in, makes_invokes
 from .compiler import compile_cell
 from .dataflow import called_names
 from .inline import inlined
+from .methods import method_of, plain_method
 from .unroll import NeedsElements, elements_of
 
 
@@ -48,8 +49,17 @@ def called_helpers(source: str, mode: str, namespace: dict | None) -> tuple:
 
 
 def _helpers_of(called: frozenset, namespace: dict) -> tuple:
-    return tuple((name, text) for name in sorted(called)
-                 if (text := helper_source(namespace.get(name), namespace)) is not None)
+    """(key, source) of each helper: a function by its name, a notebook object's method by its key (methods.py)."""
+    found = []
+    for key in sorted(called):
+        text = None if "." in key or key.endswith("()") else helper_source(namespace.get(key), namespace)
+        if text is None and "." not in key and not key.endswith("()"):
+            key = f"{key}()"         # `lora(...)`: calling an object of a notebook class runs its method
+        if text is None and (method := method_of(key, namespace)) is not None:
+            text = _event_source(method.__code__, method.__name__, True)
+        if text is not None:
+            found.append((key, text))
+    return tuple(found)
 
 
 def helper_source(function, namespace: dict) -> str | None:
@@ -63,7 +73,7 @@ def helper_source(function, namespace: dict) -> str | None:
 
 
 @lru_cache(maxsize=256)
-def _event_source(code: types.CodeType, name: str) -> str | None:
+def _event_source(code: types.CodeType, name: str, method: bool = False) -> str | None:
     try:
         text = textwrap.dedent(inspect.getsource(code))
         tree = ast.parse(text)
@@ -71,6 +81,6 @@ def _event_source(code: types.CodeType, name: str) -> str | None:
         return None
     definition = tree.body[0] if len(tree.body) == 1 else None
     if not (isinstance(definition, ast.FunctionDef) and definition.name == name
-            and (can_pause_in(definition) or makes_invokes(definition))):
+            and (plain_method(definition) if method else can_pause_in(definition) or makes_invokes(definition))):
         return None
     return text

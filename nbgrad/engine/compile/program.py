@@ -16,6 +16,7 @@ Each request is written here as `Kind(...)`; the code makes it as `__nbgrad__.ne
 """
 from __future__ import annotations
 
+import ast
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
@@ -25,6 +26,12 @@ from .graph import HookGraph, Node
 
 RUNTIME_NAME = "__nbgrad__"       # the name under which compiled code finds the running Runtime
 TEMP_PREFIX = "__nbgrad_"         # names the compiler invents; never left in the namespace
+
+
+def runtime_names(statements: list) -> set:
+    """The attributes of the runtime that compiled statements use (`new`, `Read`, `save`, `cache`, ...)."""
+    return {node.attr for stmt in statements for node in ast.walk(stmt) if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name) and node.value.id == RUNTIME_NAME}
 
 
 class Read(NamedTuple):

@@ -6,12 +6,13 @@ import copy
 
 from .cellast import (MODULE_EVENTS, const, generator_function, is_backward_block, is_backward_call, is_event_attr,
                       is_invoke_block, is_save_call, loop_sources, makes_invokes, name, never_runs_yield, position,
-                      thunk, touches_events)
+                      thunk, touches_events, walk_cell_level)
 from ...errors import NbgradError
 from .containers import element_index
 from .unroll import misplaced_invoke
 from .program import RUNTIME_NAME, TEMP_PREFIX
 from .dataflow import written_events
+from .methods import method_key
 from .targets import Call, parameters
 
 
@@ -65,12 +66,15 @@ class Rewriter(ast.NodeTransformer):
             return ast.Call(func=method, args=[const(node.lineno)] + [self.visit(a) for a in node.args],
                             keywords=[self.visit(k) for k in node.keywords])
         called = node.func.id if isinstance(node.func, ast.Name) else None
-        if called in self.builder.twins or called in self.builder.helpers:
-            self._remember_call(node)
-        if isinstance(node.func, ast.Name) and node.func.id in self.builder.helpers and not self.in_helper:
-            call = ast.Call(func=name(self._helper_twin(node.func.id, node.lineno)),
-                            args=[self.visit(a) for a in node.args], keywords=[self.visit(k) for k in node.keywords])
-            return ast.YieldFrom(value=call)     # a helper from an earlier cell: pauses like the cell's own
+        helper, receiver = self._helper_of(node)
+        if called in self.builder.twins or helper is not None:
+            self._remember_call(node, helper or called, receiver)
+        if helper is not None and not self.in_helper:      # a helper from an earlier cell, an object's method
+            passed = [copy.deepcopy(receiver)] if receiver is not None else []     # for `self`
+            call = ast.Call(func=name(self._helper_twin(helper, node.lineno)),
+                            args=passed + [self.visit(a) for a in node.args],
+                            keywords=[self.visit(k) for k in node.keywords])
+            return ast.YieldFrom(value=call)     # pauses like the cell's own statements
         if isinstance(node.func, ast.Name) and node.func.id in self.builder.twins:
             twin = ast.Attribute(value=name(node.func.id), attr=TWIN_ATTR, ctx=ast.Load())
             call = ast.Call(func=twin, args=[self.visit(a) for a in node.args],
@@ -192,17 +196,25 @@ class Rewriter(ast.NodeTransformer):
                                   f"read the value in the cell and pass it to the function", inner.lineno)
         return node
 
-    def _remember_call(self, node: ast.Call) -> None:
+    def _remember_call(self, node: ast.Call, function: str, receiver) -> None:
         """A call, at the cell's level, of a function whose reads can pause: what its reads name for what the call
-        passes may be hooked before the run (targets.py)."""
+        passes may be hooked before the run (targets.py). A method's receiver is what it gets for `self`."""
         if self.builder.function is None and not self.in_helper:
-            self.builder.calls.append(Call(node.func.id, copy.deepcopy(node.args),
+            passed = [receiver] if receiver is not None else []
+            self.builder.calls.append(Call(function, copy.deepcopy(passed + node.args),
                                            {k.arg: copy.deepcopy(k.value) for k in node.keywords if k.arg},
                                            dict(self.builder.loop_sources)))
 
+    def _helper_of(self, node: ast.Call) -> tuple:
+        """(key, receiver) of a call of a helper (receiver None) or of a notebook object's method (methods.py)."""
+        if isinstance(node.func, ast.Name) and node.func.id in self.builder.helpers:
+            return node.func.id, None
+        key, receiver = method_key(node, self.builder.instances, self.builder.assigned)
+        return (key, receiver) if key in self.builder.helpers else (None, None)
+
     def _calls_twin(self, node: ast.AST) -> bool:
-        return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
-                   and (n.func.id in self.builder.twins or n.func.id in self.builder.helpers) for n in ast.walk(node))
+        return any(isinstance(n, ast.Call) and (isinstance(n.func, ast.Name) and n.func.id in self.builder.twins
+                                                or self._helper_of(n)[0] is not None) for n in ast.walk(node))
 
     def _with_twin(self, node: ast.FunctionDef) -> list:
         """`def resid(i): ...` stays as written (a plain function for every other caller) and gets
@@ -259,8 +271,9 @@ class Rewriter(ast.NodeTransformer):
         return self.generic_visit(node)
 
     def visit_ClassDef(self, node):
-        """A class body runs once, as the statement runs, but in a scope of its own that cannot pause."""
-        for inner in ast.walk(node):
+        """A class body runs once, as the statement runs, but in a scope of its own that cannot pause. (Its
+        methods run when called: the cell's direct calls of one on an object it makes pause, methods.py.)"""
+        for inner in walk_cell_level(node):
             if isinstance(inner, ast.Attribute) and inner.attr in MODULE_EVENTS:
                 raise NbgradError(f"`.{inner.attr}` inside a class body: nbgrad cannot pause there. Read the "
                                   f"value in the cell and use it in the class", inner.lineno)
