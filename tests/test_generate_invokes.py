@@ -101,3 +101,32 @@ def test_no_input_and_no_invoke_blocks_says_both_ways(lm):
     with pytest.raises(nbgrad.InputError, match=r"missing INPUT: write `%%generate MODEL INPUT`, or put "
                                                 r"`with invoke\(INPUT\):` blocks"):
         nbgrad.generate(lm, None, "x = model.lm_head.output.save()", max_new_tokens=2)
+
+
+@pytest.mark.parametrize("body", [
+    "tops = {}\nfor prompt, zero in zip(prompts, zeros):\n    with invoke(prompt):\n        if zero:\n"
+    "            model.transformer.h[0].output[:, -1] = 0.0\n"
+    "        tops[prompt] = model.lm_head.output[:, -1].argmax(-1).save()",
+    "def one(prompt, zero):\n    with invoke(prompt):\n        if zero:\n"
+    "            model.transformer.h[0].output[:, -1] = 0.0\n"
+    "        return model.lm_head.output[:, -1].argmax(-1).save()\n"
+    "tops = {prompt: one(prompt, zero) for prompt, zero in zip(prompts, zeros)}",
+])
+def test_a_loop_of_invokes_generates_what_each_prompt_generates_alone(lm, body):
+    """A loop (or a comprehension through a function) of invokes in %%generate: one row per invoke, each the
+    generation of its prompt by itself, with its own edit (a plain hook) where it has one."""
+    before = model_state(lm)
+    prompts, zeros = [LONG, SHORT, LONG], [False, True, True]
+    namespace = {"model": lm, "prompts": prompts, "zeros": zeros}
+    result = nbgrad.generate(lm, None, body, namespace, max_new_tokens=STEPS)
+    assert result.invokes == prompts
+    new = result.output[:, -STEPS:]
+    for row, (prompt, zero) in enumerate(zip(prompts, zeros)):
+        assert torch.equal(new[row], alone(lm, prompt, zero_block_0=zero)), row
+    assert not torch.equal(new[0], new[2])          # the same prompt, with and without the edit
+    # per step, what each invoke saved: its own row's token (the last invoke of a prompt holds its key)
+    assert len(namespace["tops"]) == STEPS
+    for step, tops in enumerate(namespace["tops"]):
+        assert tops[LONG].tolist() == [int(new[2, step])] and tops[SHORT].tolist() == [int(new[1, step])]
+    assert not [name for name in namespace if name.startswith("_nbgrad")]
+    assert_clean(lm, before)
