@@ -193,3 +193,35 @@ def test_a_return_before_the_end_is_refused(model):
         nbgrad.trace(model, None, source, {"model": model})
     assert "line 3: `early` makes invokes" in str(caught.value) and "not with a `return` before its end" \
         in str(caught.value)
+
+
+def hooked_grad(model, prompt, layer):
+    """Plain PyTorch: d (last position's logits summed) / d (block `layer`'s output), `prompt` alone."""
+    kept = {}
+    handle = model.transformer.h[layer].register_forward_hook(lambda m, a, o: kept.__setitem__("out", o))
+    try:
+        logits = model(ids_of(model, prompt)).logits
+    finally:
+        handle.remove()
+    return torch.autograd.grad(logits[:, -1].sum(), kept["out"])[0]
+
+
+def test_gradients_read_in_invokes_a_function_makes_are_each_prompts_own(model):
+    before = model_state(model)
+    prompts = [CLEAN, OTHER]
+    namespace = {"model": model, "prompts": prompts}
+    nbgrad.trace(model, None, """
+def grad_of(prompt):
+    with invoke(prompt):
+        hidden = model.transformer.h[1].output
+        grad = hidden.grad.save()
+    return grad
+grads = [grad_of(prompt) for prompt in prompts]
+model.output.logits[:, -1].sum().backward()
+""", namespace)
+    for prompt, got in zip(prompts, namespace["grads"]):
+        want = hooked_grad(model, prompt, 1)
+        assert torch.allclose(got[:, -want.shape[1]:], want, rtol=1e-4, atol=1e-4), prompt
+        assert not got[:, :-want.shape[1]].any(), prompt       # left padding gets no gradient
+    model.zero_grad(set_to_none=True)
+    assert_clean(model, before)

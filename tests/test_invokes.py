@@ -241,7 +241,7 @@ with invoke({SHORT!r}):
      "line 3: `with invoke(...)` must stand at the top level of the cell, in a `for` loop or an `if` there"),
     (f"with invoke({SHORT!r}):\n    x = 1\nwith invoke([]):\n    y = model.lm_head.output.save()", {},
      "line 3: invoke([]) has no rows"),
-    (f"with invoke(''):\n    x = model.lm_head.output.save()", {}, "line 1: invoke('') has an empty prompt"),
+    ("with invoke(''):\n    x = model.lm_head.output.save()", {}, "line 1: invoke('') has an empty prompt"),
 ])
 def test_invoke_errors_name_the_line(model, source, kwargs, message):
     before = model_state(model)
