@@ -147,3 +147,32 @@ def test_a_method_called_some_other_way_gets_the_hint(notebook, tiny, cell):
     assert "called some other way" in note
     assert_clean(tiny, before)
     assert notebook.run_cell("%%trace model ids -q\nablate(0)\nout = model.transformer.h[0].output.save()").success
+
+
+def test_a_method_in_a_run_over_a_dataset(notebook, tiny):
+    before = model_state(tiny)
+    notebook.user_ns["rows"] = [IDS, IDS.flip(1), IDS + 1]
+    try:
+        result = notebook.run_cell("%%trace model --over rows --batch-size 2 -q\nablate(1)\n"
+                                   "out = model.transformer.h[0].output.save()")
+        assert result.success, result.error_in_exec
+        for k, ids in enumerate(notebook.user_ns["rows"]):
+            kept = {}
+            handle = tiny.transformer.h[0].register_forward_hook(lambda m, a, o: kept.__setitem__("out", o))
+            try:
+                tiny(ids)
+            finally:
+                handle.remove()
+            expected = kept["out"].clone()
+            expected[:, 1] = 0
+            assert torch.allclose(notebook.user_ns["out"][k], expected, atol=1e-6), k
+        assert_clean(tiny, before)
+    finally:
+        notebook.user_ns.pop("rows")
+
+
+def test_an_object_reached_through_a_loop_variable_runs_as_plain_python(notebook, tiny):
+    """Only a call of the object by its own name pauses: through a loop variable it gets the hint."""
+    result = notebook.run_cell("%%trace model ids -q\nfor adapter in [ablate]:\n    adapter(1)")
+    assert isinstance(result.error_in_exec, AttributeError)
+    assert "called some other way" in "\n".join(getattr(result.error_in_exec, "__notes__", []))
