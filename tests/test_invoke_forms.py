@@ -225,3 +225,17 @@ model.output.logits[:, -1].sum().backward()
         assert not got[:, :-want.shape[1]].any(), prompt       # left padding gets no gradient
     model.zero_grad(set_to_none=True)
     assert_clean(model, before)
+
+
+@pytest.mark.parametrize("source, message", [
+    ("def last(p):\n    with invoke(p):\n        return model.lm_head.output.save()\nx = last(prompts[0].upper())",
+     "line 4: `last` gives its parameter `p` to `invoke(...)`, whose INPUT is evaluated before the model runs, but "
+     "the call passes `prompts[0].upper()`, which calls something: pass the input itself"),
+    ("def last(p):\n    p = p + '!'\n    with invoke(p):\n        return model.lm_head.output.save()\nx = last('a')",
+     "line 5: `last` gives its parameter `p` to `invoke(...)`, whose INPUT is evaluated before the model runs, but "
+     "`last` assigns `p`: pass the input itself"),
+])
+def test_an_invoke_input_a_function_cannot_know_before_the_run_says_so(model, source, message):
+    with pytest.raises(nbgrad.NbgradError) as caught:
+        nbgrad.trace(model, None, source, {"model": model, "prompts": [OTHER]})
+    assert message in str(caught.value)

@@ -118,12 +118,16 @@ class _Inliner:
         defaults = dict(zip((a.arg for a in positional[len(positional) - len(args.defaults):]), args.defaults))
         defaults |= {a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None}
         assigned = _local_names(definition, parameters=False)
+        inputs = {n.id for w in walk_cell_level(definition) if isinstance(w, ast.With) and is_invoke_block(w)
+                  for n in ast.walk(w.items[0].context_expr) if isinstance(n, ast.Name)}
         bindings = {}
         for parameter in (a.arg for a in positional + args.kwonlyargs):
             value = given.get(parameter, defaults.get(parameter))
             if value is None:
                 raise NbgradError(f"`{name}(...)` is called without its argument `{parameter}`", node.lineno)
             if parameter in assigned or any(isinstance(n, _PURE) for n in ast.walk(value)):
+                if parameter in inputs:
+                    raise _input_error(name, parameter, None if parameter in assigned else value, node.lineno)
                 before.append(ast.copy_location(ast.Assign(targets=[ast.Name(tag + parameter, ast.Store())],
                                                            value=value), node))
             else:
@@ -162,6 +166,16 @@ class _Inliner:
         if isinstance(node, ast.GeneratorExp):
             return ast.Call(func=ast.Name("iter", ast.Load()), args=[result], keywords=[])
         return result
+
+
+def _input_error(name: str, parameter: str, value, line: int) -> NbgradError:
+    """A parameter given to `invoke(...)` that cannot be known before the run: assigned in the function, or passed
+    an expression that calls something (`value`)."""
+    why = (f"the call passes `{ast.unparse(value)}`, which calls something" if value is not None else
+           f"`{name}` assigns `{parameter}`")
+    return NbgradError(f"`{name}` gives its parameter `{parameter}` to `invoke(...)`, whose INPUT is evaluated before "
+                       f"the model runs, but {why}: pass the input itself (a name, a value, an element of a list), "
+                       f"computed before the cell if it needs a call", line)
 
 
 class _Calls(ast.NodeTransformer):
