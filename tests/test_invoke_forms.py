@@ -239,3 +239,24 @@ def test_an_invoke_input_a_function_cannot_know_before_the_run_says_so(model, so
     with pytest.raises(nbgrad.NbgradError) as caught:
         nbgrad.trace(model, None, source, {"model": model, "prompts": [OTHER]})
     assert message in str(caught.value)
+
+
+def test_a_function_with_its_own_loop_of_invokes_called_in_a_loop(model):
+    """Layers x positions: the function loops over positions, the cell over layers; one invoke per pair."""
+    namespace = {"model": model, "corrupt": CORRUPT, "LAYERS": 2, "POSITIONS": [-1, -2]}
+    result = nbgrad.trace(model, None, """
+patched = {}
+def sweep(layer):
+    for pos in POSITIONS:
+        with invoke(corrupt):
+            model.transformer.h[layer].output[:, pos] *= 0
+            patched[layer, pos] = model.lm_head.output[0, -1].save()
+for layer in range(LAYERS):
+    sweep(layer)
+""", namespace, no_grad=True)
+    assert len(result.invokes) == 4 and sorted(namespace["patched"]) == [(0, -2), (0, -1), (1, -2), (1, -1)]
+    for (layer, pos), value in namespace["patched"].items():
+        one = nbgrad.trace(model, CORRUPT, f"model.transformer.h[{layer}].output[:, {pos}] *= 0\n"
+                                           "out = model.lm_head.output[0, -1].save()", {"model": model},
+                           no_grad=True).saved["out"]
+        assert torch.allclose(value, one, atol=1e-4), (layer, pos)
