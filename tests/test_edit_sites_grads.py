@@ -178,3 +178,34 @@ def test_a_compiled_caller_is_refused_and_works_again_after_remove(ids, compile_
     handle.remove()
     assert torch.equal(edited, expected)
     assert torch.allclose(compiled(ids).logits, before) and hook_count(model) == 0
+
+
+@pytest.mark.parametrize("body, by_hand", [
+    ("model.transformer.h[1].output.grad[:, -1] = 0",
+     lambda m: m.transformer.h[1].register_forward_hook(lambda mod, a, out: (out.register_hook(_cut_last), None)[1])),
+    ("model.transformer.h[0].attn.source.self_c_attn_1.output[:] *= 0.5",
+     lambda m: m.transformer.h[0].attn.c_attn.register_forward_hook(lambda mod, a, out: out * 0.5)),
+    ("model.transformer.h[1].skip(model.transformer.h[1].input)",
+     lambda m: m.transformer.h[1].register_forward_hook(lambda mod, args, out: args[0])),
+])
+def test_an_interrupt_at_any_line_of_a_call_and_its_backward_pass_leaves_the_edit_whole(ids, body, by_hand):
+    from interrupts import Injector
+    from nbgrad.engine.run.edits import edit_hooks
+    model = tiny_gpt2()
+    handle = by_hand(model)
+    expected = _embedding_grad(model, ids)
+    handle.remove()
+    edit = nbgrad.edit(model, body)
+    with Injector(record=True) as clean:
+        _embedding_grad(model, ids)
+    hooks = edit_hooks(model)          # the armed edit, and the call's run until the next call
+    try:
+        for k in range(1, clean.count + 1, 3):
+            with pytest.raises(KeyboardInterrupt):
+                with Injector(at=k):
+                    _embedding_grad(model, ids)
+            assert torch.equal(_embedding_grad(model, ids), expected), f"after an interrupt at line event {k}"
+            assert edit_hooks(model) == hooks
+    finally:
+        edit.remove()
+    assert hook_count(model) == 0 and torch.equal(_embedding_grad(model, ids), _embedding_grad(model, ids))

@@ -79,6 +79,7 @@ class EditRun(Runtime):
         self.forward = _FirstEvents(self)
         self.scheduler.handlers.update({Read: self.forward.read, Write: self.forward.write})
         self.stepping = True
+        self.armed = False
 
     def _gradient_events(self) -> GradientEvents:
         gradients = self.gradients = _CallGradients(self)
@@ -99,6 +100,7 @@ class EditRun(Runtime):
         self.scheduler.in_statement = 1        # until begin(): every event passes, as a cell's own calls do
         self.ns[RUNTIME_NAME] = self           # `M.source.SITE` and `M.skip` targets open through it
         self.forward.hook_targets(self.program.forward_targets, self.ns)
+        self.armed = True          # last: a run an interrupt cut short while arming is armed again
 
     def begin(self) -> None:
         self._enter()

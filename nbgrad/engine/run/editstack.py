@@ -133,7 +133,8 @@ class EditStack:
 
     def _armed(self) -> bool:
         """Is every edit's run hooked and waiting for a call (not begun, not closed)?"""
-        return len(self.runs) == len(self.edits) and all(run.state is None and not run._exited for run in self.runs)
+        return len(self.runs) == len(self.edits) and all(run.armed and run.state is None and not run._exited
+                                                         for run in self.runs)
 
     def _inside_call(self) -> bool:
         """Is the call that started the running steps still on this thread's stack?"""
