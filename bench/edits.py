@@ -91,7 +91,9 @@ def main(argv=None) -> None:
     model, _, ids = embedded_setup()
     if args.tiny:
         torch.manual_seed(0)
-        model = GPT2LMHeadModel(GPT2Config(n_layer=4, n_embd=32, n_head=2, vocab_size=97, n_positions=32)).eval()
+        config = GPT2Config(n_layer=4, n_embd=32, n_head=2, vocab_size=97, n_positions=32, bos_token_id=0,
+                            eos_token_id=0)
+        model = GPT2LMHeadModel(config).eval()
         ids = ids % 97
     direction = torch.randn(model.config.n_embd) / 8
     namespace = {"model": model, "direction": direction}
