@@ -113,6 +113,7 @@ bench: install
 	$(PY) bench/attribution.py
 	$(PY) bench/cache.py
 	$(PY) bench/source.py
+	$(PY) bench/edits.py
 	$(PY) bench/dataset_runs.py
 	$(PY) bench/instructions.py
 

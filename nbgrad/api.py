@@ -8,7 +8,7 @@ from torch import nn
 
 from . import models
 from .engine.compile.compiler import compile_cell
-from .engine.compile.editable import check_edit
+from .engine.compile.editable import check_edit, edit_mode
 from .engine.compile.helpers import compile_with_helpers
 from .engine.compile.pasted import NAME as TRACER, rewritten
 from .engine.compile.unroll import NeedsElements
@@ -199,7 +199,7 @@ def edit(model: nn.Module, source: str, namespace: dict | None = None, *, label:
     if not isinstance(model, nn.Module) or (namespace is not None and not isinstance(namespace, dict)):
         checks.trace_arguments(model, namespace)
     namespace = default_namespace(namespace, model)
-    program = compile_with_helpers(source, "trace", namespace)
+    program = compile_with_helpers(source, edit_mode(source), namespace)
     check_edit(program)
     model = compiled_inner(model) or model
     remember(model)

@@ -101,3 +101,27 @@ def test_a_helper_from_an_earlier_cell_edits_and_the_edit_keeps_only_the_names_i
     assert torch.equal(plain, steered_logits(ns["model"], ns["ids"])) and kept == {"steer", "model", "direction"}
     for name in ("direction", "unused", "steer", "e"):
         ns.pop(name)
+
+
+def test_a_gradient_edit_cell_edits_the_backward_pass_of_a_later_cell(edited):
+    shell = edited
+    ns = shell.user_ns
+    assert shell.run_cell("%%edit model --out steer\nmodel.transformer.h[1].output.grad[:, -1] = 0").success
+    assert shell.run_cell("h = model.transformer.wte.weight\nmodel.zero_grad()\n"
+                          "model(ids).logits[0, -1].max().backward()\nafter = h.grad.clone()").success
+    assert shell.run_cell("steer.remove()").success
+
+    def cut(grad):
+        grad = grad.clone()
+        grad[:, -1] = 0
+        return grad
+    model = ns["model"]
+    handle = model.transformer.h[1].register_forward_hook(lambda m, a, out: (out.register_hook(cut), None)[1])
+    model.zero_grad()
+    model(ns["ids"]).logits[0, -1].max().backward()
+    handle.remove()
+    expected = model.transformer.wte.weight.grad.clone()
+    model.zero_grad()
+    model(ns["ids"]).logits[0, -1].max().backward()
+    assert torch.equal(ns["after"], expected) and not torch.equal(expected, model.transformer.wte.weight.grad)
+    assert hook_count(model) == 0

@@ -1,10 +1,11 @@
-"""What an edit body (`%%edit MODEL`, `nbgrad.edit`) may hold: writes and in-place edits of module events, and
-the reads that feed them. It runs at every later call of the model, with no cell to return a value to, so
-saves, caches, gradients, backward passes, `stop()`, invokes and reads that feed no edit are refused, each
-with a message that says to use %%trace."""
+"""What an edit body (`%%edit MODEL`, `nbgrad.edit`) may hold: writes and in-place edits of module events, sites
+(`M.source.SITE`), skips (`M.skip(v)`) and gradients (`T.grad[...] = v`), and the reads that feed them. It runs at
+every later call of the model, with no cell to return a value to, so saves, caches, backward passes, `stop()`,
+invokes and reads that feed no edit are refused, each with a message that says to use %%trace."""
 from __future__ import annotations
 
 import ast
+import textwrap
 
 from ...errors import NbgradError
 
@@ -20,15 +21,20 @@ REFUSED_CALLS = {
 }
 
 
+def edit_mode(source: str) -> str:
+    """How to compile an edit body: one with `.grad` as a backward cell, whose one pass is the backward pass that
+    reaches each call's tensors after the call (see run/editstack.py)."""
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return "trace"          # the compiler says where
+    return "backward" if any(isinstance(node, ast.Attribute) and node.attr == "grad" for node in ast.walk(tree)) \
+        else "trace"
+
+
 def check_edit(program) -> None:
     """Raise an NbgradError naming the first line of `program` (an edit body) that an edit cannot hold."""
     tree = ast.parse(program.source)
-    unsupported = _unsupported_form(tree)
-    if unsupported is not None:
-        line, what = unsupported
-        raise NbgradError(f"{what} cannot stand in an edit: an edit writes and edits what modules return and "
-                          f"receive (`M.output`, `M.input`, `M.inputs`). Write {what} in each %%trace or %%generate "
-                          f"cell that needs it", line)
     refused = _refused_form(tree)
     if refused is not None:
         line, what = refused
@@ -54,19 +60,10 @@ def _refused_form(tree: ast.AST):
             name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
             if name in REFUSED_CALLS:
                 found.append((node.lineno, node.col_offset, REFUSED_CALLS[name]))
-        elif isinstance(node, ast.Attribute) and node.attr == "grad":
-            found.append((node.lineno, node.col_offset, "`.grad` is a gradient of one cell's backward pass"))
     if not found:
         return None
     line, _, what = min(found)
     return line, what
-
-
-def _unsupported_form(tree: ast.AST):
-    """(line, what) of the first site (`M.source.NAME`) or skip (`M.skip(v)`), which an edit does not hook."""
-    found = [(node.lineno, node.col_offset, f"`.{node.attr}`") for node in ast.walk(tree)
-             if isinstance(node, ast.Attribute) and node.attr in ("source", "skip")]
-    return min(found)[::2] if found else None
 
 
 def _lone_read(program):

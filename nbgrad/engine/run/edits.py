@@ -23,6 +23,8 @@ from torch import nn
 from ...errors import NbgradError, diagnose
 from .editstack import EditStack, stack_on, stacks
 from .forward import PATH_ERRORS
+from .runtime import Runtime
+from ..compile.program import RUNTIME_NAME
 
 
 class Edit:
@@ -78,7 +80,7 @@ def _check_paths(program, namespace: dict) -> None:
         if not target.uses or target.needs or target.every_element:
             continue
         try:
-            eval(target.code, namespace)
+            eval(target.code, {**namespace, RUNTIME_NAME: Runtime})     # `M.source.SITE`, `M.skip` open here
         except PATH_ERRORS as error:
             raise diagnose.module_path_error(program.uses[min(target.uses)], namespace, error) from error
         except Exception as error:      # a name the body reads that is not bound: say so now, not at every call

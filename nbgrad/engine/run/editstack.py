@@ -1,18 +1,15 @@
-"""The steps of a model's persistent edits (see edits.py): an EditRun per edit and call, an EditStack per model
-that starts, finishes and arms them from its two hooks on the model."""
+"""The steps of a model's persistent edits (see edits.py): an EditRun per edit and call (editrun.py), an EditStack per
+model that starts, finishes and arms them from its two hooks on the model."""
 from __future__ import annotations
 
 import sys
 import weakref
 
+import torch
 from torch import nn
 
-from ..compile.program import RUNTIME_NAME, Read, Write
-from .cellstate import CellState
-from .claims import active_runtime
 from ...errors import NbgradError, hints
-from .forward import ForwardEvents
-from .runtime import Runtime
+from .editrun import EditRun, cell_statement_running, of_the_edit
 
 # model -> a weak reference to its EditStack: the stack lives as long as its hooks on the model, so a model whose
 # edits were never removed still goes when the notebook lets go of it (the stack holds the model)
@@ -25,66 +22,10 @@ def stack_on(model: nn.Module):
     return found() if found is not None else None
 
 
-def cell_statement_running() -> bool:
-    """Is a statement of a cell running now in this thread? Module calls it makes are plain calls (a logit lens),
-    not the model's: no edit applies to them, as no edit of the cell does."""
-    cell = active_runtime()
-    if cell is None:
-        return False
-    scheduler = getattr(cell, "scheduler", None)      # a Runtime counts in its scheduler, a direct run in itself
-    return (scheduler.in_statement if scheduler is not None else getattr(cell, "in_statement", 0)) > 0
-
-
-def _of_the_edit(error: BaseException, label: str) -> BaseException:
-    """An error an edit's step raised at the end of a call (a statement still waiting), saying whose it is."""
-    if isinstance(error, NbgradError):
-        found = type(error)(f"{error.detail} (in {label}; `.remove()` takes it off)", error.line)
-        found.__cause__, found.__suppress_context__ = error.__cause__, True
-        return found
-    error.add_note(f"nbgrad: raised by {label}; `.remove()` takes it off")
-    return error
-
-
-class _FirstEvents(ForwardEvents):
-    """An edit's forward events: every hook goes first on its module; a call a cell's statement makes passes."""
-
-    def hook(self, module, kind, prepend=False, for_statement=True):
-        return super().hook(module, kind, True, for_statement)
-
-    def _on_event(self, key, module, args, value):
-        if cell_statement_running():
-            return None
-        return super()._on_event(key, module, args, value)
-
-
-class EditRun(Runtime):
-    """One call of the model under one edit: `arm()` before it, `begin()` as it starts, then `finish_step()`
-    and `close()`. It takes no claim on the model and stays off the thread's list of runs, so that a cell
-    running while the model is called (a trace, a generation) is still the run that `nbgrad.save` finds."""
-
-    def __init__(self, edit):
-        super().__init__(edit.program, edit.namespace, model=edit.model)
-        self.forward = _FirstEvents(self)
-        self.scheduler.handlers = {Read: self.forward.read, Write: self.forward.write}
-        self.stepping = True
-        self.label = edit.label
-
-    def arm(self) -> None:
-        self.scheduler.in_statement = 1        # until begin(): every event passes, as a cell's own calls do
-        self.forward.hook_targets(self.program.forward_targets, self.ns)
-
-    def begin(self) -> None:
-        self._enter()
-        self.scheduler.in_statement = 0
-        self.start_step()
-
-    def _enter(self) -> None:
-        self.state = CellState(self.program, self.ns, None, [])
-        self.ns[RUNTIME_NAME] = self
-        self.ns.setdefault("__builtins__", __builtins__)
-
-    def hook_count(self) -> int:
-        return len(self.hooks)
+def compiled_call_error(label: str) -> "NbgradError":
+    return NbgradError(f"{label} is on a model that torch.compile'd code calls: compiled code does not run the hooks "
+                       f"an edit lives in. Call the model itself (not compiled) while the edit is on, or `.remove()` "
+                       f"the edit and compile again")
 
 
 class EditStack:
@@ -95,6 +36,7 @@ class EditStack:
         self.model = model
         self.edits: list = []
         self.runs: list = []             # an EditRun per edit, in the edits' order: armed, or running
+        self.awaiting: list = []         # runs of the latest call whose statements wait for its backward pass
         self.running = False             # between a call's start and its return
         self.call_frame = None           # the frame of the call running now (to tell a nested call from a stale one)
         self.starts: list = []           # the stack's own handles on the model: its pre-hook (one, but while
@@ -114,6 +56,7 @@ class EditStack:
     def remove(self, edit) -> None:
         """Take one edit off; the last one takes the stack's own hooks with it. Safe at any point of a call."""
         try:
+            self._close_runs(self.awaiting)
             self._close_runs()
         finally:
             if edit in self.edits:
@@ -125,7 +68,8 @@ class EditStack:
                 self._take_off()
 
     def hook_count(self) -> int:
-        return sum(run.hook_count() for run in self.runs) + len(self.starts) + (self.ends is not None)
+        return (sum(run.hook_count() for run in self.runs + self.awaiting) + len(self.starts)
+                + (self.ends is not None))
 
     # --- steps ----------------------------------------------------------------------------------
 
@@ -146,8 +90,12 @@ class EditStack:
             del self.starts[0]
 
     def _on_call(self, module, args):
+        if torch.compiler.is_compiling():
+            raise compiled_call_error(self.edits[0].label)
         if self.running and self._inside_call() or cell_statement_running():
             return None                  # the model called by a cell's statement (while it runs, or after)
+        if self.awaiting:
+            self._close_runs(self.awaiting, late=True)
         if self.running or not self._armed():
             self._arm()                  # a call or an arming cut short by an interrupt: closed and armed first
         self.running, self.call_frame = True, sys._getframe(1)
@@ -171,8 +119,12 @@ class EditStack:
                     try:
                         run.finish_step()
                     except Exception as raised:
-                        error = _of_the_edit(run.close(raised), run.label)
-                run.close()
+                        error = of_the_edit(run.close(raised), run.label)
+                if failed is None and error is None and run.awaits_gradients():
+                    self.awaiting.append(run)
+                else:
+                    run.close()
+            self.runs = [run for run in self.runs if run not in self.awaiting]
         finally:
             self._arm()
         if error is not None:
@@ -181,7 +133,8 @@ class EditStack:
 
     def _armed(self) -> bool:
         """Is every edit's run hooked and waiting for a call (not begun, not closed)?"""
-        return len(self.runs) == len(self.edits) and all(run.state is None and not run._exited for run in self.runs)
+        return len(self.runs) == len(self.edits) and all(run.armed and run.state is None and not run._exited
+                                                         for run in self.runs)
 
     def _inside_call(self) -> bool:
         """Is the call that started the running steps still on this thread's stack?"""
@@ -192,15 +145,20 @@ class EditStack:
             frame = frame.f_back
         return False
 
-    def _close_runs(self) -> None:
-        runs = self.runs
+    def _close_runs(self, runs=None, late: bool = False) -> None:
+        """Close `runs` (the armed or running ones by default; `late`: awaiting runs a new call ends)."""
+        awaiting = runs is not None
+        runs = self.runs if runs is None else runs
         try:
             for run in runs:
-                run.close()
+                run.close_awaiting() if late else run.close()
         finally:
             for run in runs:         # again where an interrupt cut the first pass short: closing is idempotent
                 run.close()
-            self.runs, self.running, self.call_frame = [], False, None
+            if awaiting:
+                self.awaiting = []
+            else:
+                self.runs, self.running, self.call_frame = [], False, None
 
     def _take_off(self) -> None:
         for handle in [*self.starts, self.ends]:
