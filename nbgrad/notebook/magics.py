@@ -218,13 +218,12 @@ class NbgradMagics(Magics):
 
 def split_caches(result, tokenizer=None) -> tuple:
     """(the result without its Caches, a panel for each Cache the cell bound): a Cache has a panel of its own."""
-    import dataclasses
     from ..engine.run.cache import Cache
     from ..views.cache import CachePanel
     caches = {name: value for name, value in result.saved.items() if isinstance(value, Cache)}
     if not caches:
         return result, []
-    rest = dataclasses.replace(result, saved={n: v for n, v in result.saved.items() if n not in caches})
+    rest = result.without(caches)
     ids, tokens = getattr(result, "input_ids", None), None
     if ids is not None and tokenizer is not None and len(result.invokes or ()) <= 1:
         tokens = [tokenizer.decode([int(i)]) for i in ids.reshape(-1, ids.shape[-1])[0]]
