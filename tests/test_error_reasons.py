@@ -58,6 +58,28 @@ with invoke({PARIS!r}):
     assert torch.allclose(result.saved["logits"], expected[:, -1], atol=1e-4)
 
 
+def test_a_read_of_a_list_a_later_event_appends_to_says_which_name_and_line(model):
+    before = model_state(model)
+    namespace = {"model": model}
+    with pytest.raises(nbgrad.OrderError) as caught:
+        nbgrad.trace(model, None, f"""
+outs = []
+with invoke({EIFFEL!r}):
+    outs.append(model.transformer.h[1].output[:, -1])
+with invoke({COLOSSEUM!r}):
+    outs.append(model.transformer.h[3].output[:, -1])
+with invoke({PARIS!r}):
+    model.transformer.h[2].output[:, -1] = outs[0]
+""", namespace)
+    assert str(caught.value) == (
+        "line 8: model.transformer.h[2].output is edited too late: model.transformer.h[2] has already run and later "
+        "modules have used its output; the statement reads `outs`, which line 6 binds or changes, so it could only "
+        "run once model.transformer.h[3].output (line 6) existed. Move the edit so it only needs earlier values")
+    assert_clean(model, before)
+    assert "outs" not in namespace
+    assert nbgrad.trace(model, EIFFEL, "h = model.transformer.h[2].output.save()", namespace).saved["h"] is not None
+
+
 GRAD_LOOP = """
 grads = []
 for i in range(2):
@@ -85,6 +107,23 @@ def test_an_unrolled_loop_error_names_what_the_cell_wrote(model, cell, no_grad, 
         nbgrad.trace(model, EIFFEL, cell, {"model": model}, no_grad=no_grad)
     assert str(caught.value) == message
     model.zero_grad(set_to_none=True)       # a backward pass that ran before the error filled the parameters' .grad
+    assert_clean(model, before)
+
+
+def test_a_too_late_edit_in_a_loop_of_invokes_names_the_loops_variable(model):
+    before = model_state(model)
+    with pytest.raises(nbgrad.OrderError) as caught:
+        nbgrad.trace(model, None, f"""
+for prompt in [{EIFFEL!r}, {COLOSSEUM!r}]:
+    with invoke(prompt):
+        later = model.transformer.h[2].output
+        model.transformer.h[0].output[:] = later
+""", {"model": model})
+    assert str(caught.value) == (
+        "line 5: model.transformer.h[0].output is edited too late: model.transformer.h[0] has already run and later "
+        "modules have used its output; the statement reads `later`, which line 4 binds or changes, so it could only "
+        "run once model.transformer.h[2].output (line 4) existed. Move the edit so it only needs earlier values "
+        "(`later` of the loop's iteration 1)")
     assert_clean(model, before)
 
 

@@ -1,7 +1,7 @@
 """The hook graph of a cell: statements as nodes, the events and names they need as edges."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from ...errors.naming import LOOP_PREFIX, as_written
@@ -16,6 +16,11 @@ class EventUse:
     write: bool = False
     row_zero: bool = False   # written `M.output[0]`: a hint when the output is a tensor (batch row 0)
     skip: bool = False       # written `X.skip(v)`: the output of X's skip gate (target is `X.skip`)
+    # The statement it sits in (its Node's index), the names that statement reads and those it binds or changes
+    # in place: why a statement came after another, when an error has to say so (`in_statement`)
+    node: int | None = field(default=None, compare=False)
+    reads: frozenset = field(default=frozenset(), compare=False, repr=False)
+    binds: frozenset = field(default=frozenset(), compare=False, repr=False)
 
     def describe(self) -> str:
         """`M.output`, with the cell's own names (an unrolled loop's iteration says which it is)."""
@@ -25,6 +30,11 @@ class EventUse:
     def as_written(self) -> str:
         """The use as the cell writes it: `X.skip(...)` for a skip (describe() names the gate's event)."""
         return f"{as_written(self.target, 'label')}(...)" if self.skip else self.describe()
+
+
+def in_statement(uses: list, node: int, reads: frozenset, binds: frozenset) -> list:
+    """The uses of one statement, each with the statement's index and the names it reads and binds."""
+    return [replace(use, node=node, reads=reads, binds=binds) for use in uses]
 
 
 # What a statement that reads a cache and waits for no event waits for instead (Node.after), in words
