@@ -11,7 +11,6 @@ holds a list indexed by step.
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -38,11 +37,21 @@ NO_GRAD = ("%%generate runs under torch.no_grad(), as transformers' generate doe
 _MISSING = object()
 
 
-@dataclass
 class GenerationResult(Result):
     """A `Result` whose saved values are lists indexed by step, with the generated token ids."""
-    output: object = None                            # token ids, prompt included
-    top_next: list = field(default_factory=list)     # per step: (ids, probs) [rows, k] of the next token, or None
+    FIELDS = Result.FIELDS + ("output", "top_next")
+
+    def __init__(self, saved: dict, graph, *fields, output=None, top_next=None, **named):
+        super().__init__(saved, graph, *fields, **named)
+        self.output = output                                 # token ids, prompt included
+        # per step: (ids, probs) [rows, k] of the next token, or None
+        self.top_next = [] if top_next is None else top_next
+
+    def without(self, names) -> GenerationResult:
+        """`Result.without`, with a list of steps' top tokens of its own."""
+        rest = super().without(names)
+        rest.top_next = list(self.top_next)
+        return rest
 
 
 def generate(model: nn.Module, input, source: str, namespace: dict | None = None, max_new_tokens: int = 20, *,

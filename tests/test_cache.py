@@ -293,7 +293,7 @@ def test_the_cache_panel_has_a_row_per_module_and_the_memory(shell, tiny):
 
 
 def test_a_cell_shows_the_cache_panel(shell, tiny):
-    from nbgrad.notebook.magics import split_caches
+    from nbgrad.notebook.cells import split_caches
     shell.user_ns.update(model=tiny, ids=IDS)
     result = nbgrad.trace(tiny, IDS, "c = cache('lm_head')\nx = model.lm_head.output.save()", shell.user_ns)
     rest, panels = split_caches(result, nbgrad.tokenizer_for(tiny))

@@ -6,7 +6,7 @@ from xml.etree import ElementTree
 import nbgrad
 from svgdata import SVG, box, groups
 from nbgrad.views.hookgraph import hook_graph_svg
-from nbgrad.views.hookgraph_layout import TEXT_W
+from nbgrad.views.hookgraph_layout import CHAR_W, TEXT_W
 
 LONG = ("hidden = model.transformer.h[1].output\n"
         "scaled = hidden * 0.5 + hidden.mean(dim=-1, keepdim=True) * 0.25 + hidden.std(dim=-1, keepdim=True) * 0.125\n"
@@ -84,3 +84,28 @@ def test_a_long_event_name_is_drawn_whole_inside_its_box(default_model):
     assert long.text == "model.transformer.h[3].attn.c_attn.output"            # whole, not cut
     assert float(long.get("textLength")) == EVENT_W - 16 and long.get("lengthAdjust") == "spacingAndGlyphs"
     assert names["model.transformer.h[0].output"].get("textLength") is None     # one that fits is drawn as it is
+
+
+def test_a_long_run_line_wraps_inside_its_box_and_is_never_cut(default_model):
+    cell = ("outs = []\n"
+            "for block in model.transformer.h:\n"
+            "    outs.append(block.mlp.c_proj.output[:, -1].save())\n"
+            "with model.output.logits[0, -1].max().backward():\n"
+            "    g = model.transformer.h[3].mlp.c_proj.output.grad.save()\n")
+    graph = nbgrad.trace(default_model, "The cat sat", cell, {"model": default_model}).graph
+    default_model.zero_grad(set_to_none=True)
+    steps = [step for step, run in enumerate(graph.runs, 1) if run.line == 5]
+    whole = (f"ran {', '.join(f'#{step}' for step in steps)} · backward pass 0 · by "
+             f"model.transformer.h[3].mlp.c_proj.output.grad")
+    assert len(whole) > 64                                     # more than one line of the box holds
+    svg = hook_graph_svg(graph.to_dict())
+    assert "…" not in svg
+    by_line = {g.get("data-line"): g for g in groups(svg, "nbg-statement")}
+    texts = [t for t in by_line["5"].findall(f"{SVG}text") if t.get("font-size") == "11"]     # not the step chips
+    assert " ".join(t.text for t in texts) == whole and len(texts) == 2
+    left, top, right, bottom = box(by_line["5"])
+    assert all(len(t.text) * CHAR_W <= right - left - 8 for t in texts)        # each line inside the box
+    assert all(top < float(t.get("y")) < bottom for t in texts)
+    tops = sorted(box(g)[1] for g in groups(svg, "nbg-statement"))
+    bottoms = sorted(box(g)[3] for g in groups(svg, "nbg-statement"))
+    assert all(b <= t for b, t in zip(bottoms, tops[1:]))                       # the taller box pushes the next down

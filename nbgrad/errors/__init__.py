@@ -9,6 +9,8 @@ import linecache
 import os
 import types
 
+from .naming import LOOP_PREFIX, as_written
+
 CELL_FILENAME_PREFIX = "<nbgrad-cell-"
 
 
@@ -16,6 +18,8 @@ class NbgradError(Exception):
     """An error in a traced cell. Its message names the cell line it concerns."""
 
     def __init__(self, message: str, line: int | None = None):
+        if LOOP_PREFIX in message:       # a name of an unrolled loop's iteration: the user's own name instead
+            message = as_written(message)
         self.line = line
         self.detail = message
         super().__init__(f"line {line}: {message}" if line else message)

@@ -131,6 +131,9 @@ def too_late(use, cause) -> str:
         because = ("; the loop waited for this expression's event on another module first, and the model ran this "
                    "one meanwhile: a loop that edits must visit the modules in the order the model calls them "
                    "(not reversed(...))")
+    elif cause is not None and (through := _names_between(use, cause)):
+        because = (f"; the statement reads {through}, which line {cause.line} binds or changes, so it could only run "
+                   f"once {cause.target}.{cause.kind} (line {cause.line}) existed")
     elif cause is not None:
         where = "this line" if cause.line == use.line else f"line {cause.line}"
         because = f"; the statement could only run once {cause.target}.{cause.kind} ({where}) existed"
@@ -140,6 +143,13 @@ def too_late(use, cause) -> str:
                 f"exist before {module} is called{because}. Skip with a value made earlier: what an earlier module "
                 f"returned, or a tensor made before the cell")
     return f"{target} is edited too late: {what}{because}. Move the edit so it only needs earlier values"
+
+
+def _names_between(use, cause) -> str:
+    """`outs`: the names the statement of `use` reads that the (other) statement of `cause` binds or changes."""
+    if cause.node is None or cause.node == use.node:
+        return ""
+    return ", ".join(f"`{name}`" for name in sorted(use.reads & cause.binds))
 
 
 def no_backward_pass(use, mode: str) -> str:

@@ -1,7 +1,6 @@
-"""IPython magics: parse the line, call the engine, display. No engine logic here."""
+"""IPython magics: each parses its line and calls the engine; what they do around a run (find MODEL, show the
+Result, explain an unsaved name) is in cells.py. No engine logic here."""
 from __future__ import annotations
-
-import keyword
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class, no_var_expand
@@ -11,7 +10,7 @@ from .. import api
 from ..engine.run import checks
 from ..errors import NbgradError, for_the_cell
 from ..errors.naming import a_or_an
-from ..engine.run.cellstate import unsaved_names
+from .cells import explain_unsaved, model_named, show_result
 from .graph import show_graph
 from .magic_line import evaluate, split_expression
 from .over import dataset_options, over_arguments, trace_over_line
@@ -66,7 +65,7 @@ class NbgradMagics(Magics):
         checks.dataset_options_alone(**dataset_options(args))      # before INPUT is evaluated: nothing runs
         value = self._evaluate(input_text, "INPUT") if input_text is not None else None
         result = api.trace(model, value, cell, namespace, no_grad=args.no_grad, tokenizer=tokenizer)
-        self._display(result, args.quiet, model, f"%%trace {line.strip()}")
+        show_result(self.shell, result, args.quiet, model, f"%%trace {line.strip()}")
         return None
 
     @magic_arguments()
@@ -95,7 +94,7 @@ class NbgradMagics(Magics):
         checks.loss_requires_grad(loss, namespace, loss_text)
         result = api.backward(loss, cell, namespace, grad_output=grad_output, retain_graph=args.retain_graph,
                               create_graph=args.create_graph)
-        self._display(result, args.quiet, None, f"%%backward {line.strip()}")
+        show_result(self.shell, result, args.quiet, None, f"%%backward {line.strip()}")
         return None
 
     @magic_arguments()
@@ -182,67 +181,12 @@ class NbgradMagics(Magics):
         from . import status
         print(status.report(self.shell.user_ns))
 
-    # helpers
+    # helpers (notebook/cells.py), as methods for the magics' own modules (generate.py, over.py)
     def _model(self, name: str):
-        from torch import nn
-        namespace = self.shell.user_ns
-        if not name.isidentifier() or keyword.iskeyword(name):
-            raise NbgradError(f"unknown model '{name}': MODEL is the name of a module in the notebook, such as "
-                              f"`model` after `model = nbgrad.load_model()`")
-        if name not in namespace:
-            raise NbgradError(f"unknown model '{name}': no such name in the notebook. Define it first, "
-                              f"e.g. `{name} = nbgrad.load_model()`")
-        model = namespace[name]
-        if not isinstance(model, nn.Module) and not hasattr(model, "nbgrad_trace"):     # nbgrad.remote's handle
-            raise NbgradError(f"'{name}' is {a_or_an(type(model).__name__)}, not a torch.nn.Module")
-        return model
+        return model_named(self.shell.user_ns, name)
 
     def _evaluate(self, text: str, what: str):
         return evaluate(text, self.shell.user_ns, what)
-
-    def _display(self, result, quiet: bool, model, title: str = "") -> None:
-        from . import comm
-        comm.after_cell(self.shell, model, result)
-        if quiet or not result.saved and not result.leaf_grads:
-            return
-        from IPython.display import display
-        from ..models import tokenizer_for
-        from ..views import panel_for_result
-        tokenizer = tokenizer_for(model) if model is not None else None
-        result, caches = split_caches(result, tokenizer)
-        if result.saved or result.leaf_grads:
-            display(footed(panel_for_result(result, tokenizer, title), model, title))
-        for panel in caches:
-            display(footed(panel, model, title))
-
-
-def split_caches(result, tokenizer=None) -> tuple:
-    """(the result without its Caches, a panel for each Cache the cell bound): a Cache has a panel of its own."""
-    import dataclasses
-    from ..engine.run.cache import Cache
-    from ..views.cache import CachePanel
-    caches = {name: value for name, value in result.saved.items() if isinstance(value, Cache)}
-    if not caches:
-        return result, []
-    rest = dataclasses.replace(result, saved={n: v for n, v in result.saved.items() if n not in caches})
-    ids, tokens = getattr(result, "input_ids", None), None
-    if ids is not None and tokenizer is not None and len(result.invokes or ()) <= 1:
-        tokens = [tokenizer.decode([int(i)]) for i in ids.reshape(-1, ids.shape[-1])[0]]
-    return rest, [CachePanel(cache.summary(), title=name, tokens=tokens) for name, cache in caches.items()]
-
-
-def _explain_unsaved(shell, etype, value, tb, tb_offset=None):
-    """A NameError for a name the last trace bound but did not save says to `.save()` it."""
-    name = getattr(value, "name", None)
-    kind = unsaved_names(shell.user_ns).get(name) if name else None
-    if kind in ("dict", "list", "tuple", "set"):
-        value.args = (f"name '{name}' is not defined: it was bound inside a %%trace cell to {a_or_an(kind)} that "
-                      f"holds a traced value that was not saved. Save each value you keep in it "
-                      f"(`{name}[...] = ....save()`), and the {kind} stays after the cell",)
-    elif kind is not None:
-        value.args = (f"name '{name}' is not defined: it was bound inside a %%trace cell to a traced value "
-                      f"that was not saved. Add `.save()` (`{name} = ....save()`) to keep it after the cell",)
-    shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
 
 
 def load(ipython) -> None:
@@ -251,7 +195,7 @@ def load(ipython) -> None:
     ipython.register_magics(SourceMagics)
     from .magic_edit import EditMagics
     ipython.register_magics(EditMagics)
-    ipython.set_custom_exc((NameError,), _explain_unsaved)
+    ipython.set_custom_exc((NameError,), explain_unsaved)
     from .generate import empty_body_as_line
     if empty_body_as_line not in ipython.input_transformers_cleanup:
         ipython.input_transformers_cleanup.append(empty_body_as_line)

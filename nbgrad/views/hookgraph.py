@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from html import escape
 
-from .tokens import shorten
 from .hookgraph_layout import (EVENT_H, EVENT_W, EVENT_X, LINE_H, STATEMENT_W, STATEMENT_X, TEXT_W, cache_boxes,
-                               label_of, layout, statement_lines)
+                               label_of, layout, run_lines, statement_lines, statement_runs)
 
 # (row pitch, box height): a run's picture gives each statement a second line, what ran when
 ONE_LINE, TWO_LINES = (34, 24), (46, 38)
@@ -21,22 +20,6 @@ def phase_colour(phase: str) -> str:
     if phase.startswith("backward pass "):
         return BACKWARD[int(phase.rsplit(" ", 1)[1]) % len(BACKWARD)]
     return FORWARD if phase == "forward" else BEFORE
-
-
-def _statement_runs(graph: dict) -> dict:
-    """node index -> [(step, phase, woken by)] in run order; steps count from 1 over the whole run."""
-    runs: dict = {}
-    for step, run in enumerate(graph.get("runs", []), start=1):
-        runs.setdefault(run["node"], []).append((step, run["phase"], run["woke_by"]))
-    return runs
-
-
-def _run_label(ran: list, failed: bool) -> str:
-    """`ran #2, #7 · backward pass 0 · by hs.grad`: when the statement ran, and what woke it last."""
-    _, phase, woke_by = ran[-1]
-    steps = ", ".join(f"#{step}" for step, _, _ in ran)
-    label = f"{'failed' if failed else 'ran'} {steps} · {phase}" + (f" · by {woke_by}" if woke_by else "")
-    return shorten(label, 60)
 
 
 def _text(x: int, y: int, content: str, size: int = 12, colour: str = "#1a202c", weight: str = "normal") -> str:
@@ -77,9 +60,10 @@ def _chips(ran: list, x: int, y: int) -> str:
 
 
 def _statement_box(node: dict, y: int, box: int, ran: list, failed: bool) -> str:
-    """A statement's box: its label wrapped over as many lines as it needs (never cut), then what ran when."""
-    lines = statement_lines(node, len(ran))
-    box += LINE_H * (len(lines) - 1)
+    """A statement's box: its label wrapped over as many lines as it needs (never cut), then what ran when (as
+    many lines again)."""
+    lines, ran_lines = statement_lines(node, len(ran)), run_lines(ran, failed)
+    box += LINE_H * (len(lines) - 1 + max(len(ran_lines) - 1, 0))
     stroke = "#c53030" if failed else "#4a5568"
     parts = [f'<g class="nbg-statement" data-node="{node["index"]}" data-line="{node["line"]}">',
              f'<rect x="{STATEMENT_X}" y="{y}" width="{STATEMENT_W}" height="{box}" rx="4" '
@@ -91,7 +75,8 @@ def _statement_box(node: dict, y: int, box: int, ran: list, failed: bool) -> str
     if ran:
         below = y + 31 + LINE_H * (len(lines) - 1)
         parts.append(f'<rect x="{STATEMENT_X}" y="{y}" width="5" height="{box}" fill="{phase_colour(ran[-1][1])}"/>')
-        parts.append(_text(STATEMENT_X + 8, below, _run_label(ran, failed), 11, phase_colour(ran[-1][1])))
+        parts.extend(_text(STATEMENT_X + 8, below + LINE_H * number, line, 11, phase_colour(ran[-1][1]))
+                     for number, line in enumerate(ran_lines))
         parts.append(_chips(ran, STATEMENT_X + STATEMENT_W - 4, y + 4))
     return "".join(parts) + "</g>"
 
@@ -175,7 +160,7 @@ def hook_graph_svg(graph: dict, title: str = "") -> str:
     """An SVG picture of a hook graph's dict form (`HookGraph.to_dict()`)."""
     row, box = TWO_LINES if graph.get("runs") else ONE_LINE
     where = layout(graph, row, box)
-    node_y, runs = where["node_y"], _statement_runs(graph)
+    node_y, runs = where["node_y"], statement_runs(graph)
     passes = {p["index"]: p for p in graph.get("passes", [])}
     groups = [_group_box(group, passes) for group in where["groups"]]
     statements = [_statement_box(node, node_y[node["index"]], box, runs.get(node["index"], []),

@@ -39,13 +39,33 @@ def statement_lines(node: dict, ran: int) -> list:
     return lines[:1] + textwrap.wrap(rest, room, break_long_words=True, break_on_hyphens=False)
 
 
+def statement_runs(graph: dict) -> dict:
+    """node index -> [(step, phase, woken by)] in run order; steps count from 1 over the whole run."""
+    runs: dict = {}
+    for step, run in enumerate(graph.get("runs", []), start=1):
+        runs.setdefault(run["node"], []).append((step, run["phase"], run["woke_by"]))
+    return runs
+
+
+def run_lines(ran: list, failed: bool) -> list:
+    """`ran #2, #7 · backward pass 0 · by hs.grad` (when the statement ran, and what woke it last), wrapped to
+    the statement's box (11 px text), never cut; none for a statement that did not run."""
+    if not ran:
+        return []
+    _, phase, woke_by = ran[-1]
+    steps = ", ".join(f"#{step}" for step, _, _ in ran)
+    label = f"{'failed' if failed else 'ran'} {steps} · {phase}" + (f" · by {woke_by}" if woke_by else "")
+    return textwrap.wrap(label, int((STATEMENT_W - 16) // CHAR_W), break_long_words=True, break_on_hyphens=False)
+
+
 def extra_heights(graph: dict) -> dict:
-    """node index -> the pixels its wrapped label adds below the first line."""
-    ran: dict = {}
-    for run in graph.get("runs", []):
-        ran[run["node"]] = ran.get(run["node"], 0) + 1
-    return {node["index"]: LINE_H * (len(statement_lines(node, ran.get(node["index"], 0))) - 1)
-            for node in graph["nodes"]}
+    """node index -> the pixels its wrapped label and its wrapped run line add below one line of each."""
+    runs, extra = statement_runs(graph), {}
+    for node in graph["nodes"]:
+        ran = runs.get(node["index"], [])
+        ran_lines = run_lines(ran, graph.get("failed") == node["index"])
+        extra[node["index"]] = LINE_H * (len(statement_lines(node, len(ran))) - 1 + max(len(ran_lines) - 1, 0))
+    return extra
 
 
 def pass_members(graph: dict) -> dict:

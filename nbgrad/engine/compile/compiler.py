@@ -18,8 +18,8 @@ from .dataflow import (add_dependencies, augmented_names, bound_names, cache_nam
 from ...errors import NbgradError, register_cell_source
 from .loops import (aliases, element_code, indexed_container, innermost_path, is_module_iterable, loop_filters,
                     loop_variable)
-from .graph import BackwardPass, EventUse, HookGraph, Node
-from .program import TEMP_PREFIX, CompiledNode, Invoke, Program, Target, runtime_names
+from .graph import BackwardPass, EventUse, HookGraph, Node, in_statement
+from .program import RUNTIME_NAME, TEMP_PREFIX, CompiledNode, Invoke, Program, Target, runtime_names
 from .containers import argument_names
 from .hookloops import hook_loop, with_use
 from .keeping import keeps_only, one_save
@@ -68,8 +68,7 @@ class _Builder:
     def __init__(self, source: str, mode: str, filename: str, helpers: tuple = ()):
         self.source = source
         self.helpers = {name: open_sources(ast.parse(text)).body[0] for name, text in helpers}   # name -> its `def`
-        self.mode = mode
-        self.filename = filename
+        self.mode, self.filename = mode, filename
         self.uses: list = []             # EventUse by use id
         self.use_ast: list = []          # the target expression of each use (its container, for a loop variable)
         self.use_loop: list = []         # (code of its loop's condition, element_code) of a use through a loop variable
@@ -259,6 +258,7 @@ class _Builder:
         global_names = sorted(n for n in names if not n.startswith(TEMP_PREFIX))
         self.runtime_names |= runtime_names(rewritten)
         code = _function_code(rewritten, global_names, f"{TEMP_PREFIX}node_{index}", stmt.lineno, self.filename)
+        self.uses[first_use:] = in_statement(self.uses[first_use:], index, frozenset(reads), frozenset(names | mutated))
         spec = Node(index=index, line=stmt.lineno, end_line=getattr(stmt, "end_lineno", stmt.lineno),
                     source=text, reads=frozenset(reads), binds=frozenset(names | mutated),
                     mutated=frozenset((mutated - names) | augmented), grad_reads=frozenset(grad_reads),

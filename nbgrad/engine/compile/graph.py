@@ -1,8 +1,10 @@
 """The hook graph of a cell: statements as nodes, the events and names they need as edges."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
+
+from ...errors.naming import LOOP_PREFIX, as_written
 
 
 @dataclass(frozen=True)
@@ -14,13 +16,25 @@ class EventUse:
     write: bool = False
     row_zero: bool = False   # written `M.output[0]`: a hint when the output is a tensor (batch row 0)
     skip: bool = False       # written `X.skip(v)`: the output of X's skip gate (target is `X.skip`)
+    # The statement it sits in (its Node's index), the names that statement reads and those it binds or changes
+    # in place: why a statement came after another, when an error has to say so (`in_statement`)
+    node: int | None = field(default=None, compare=False)
+    reads: frozenset = field(default=frozenset(), compare=False, repr=False)
+    binds: frozenset = field(default=frozenset(), compare=False, repr=False)
 
     def describe(self) -> str:
-        return f"{self.target}.{self.kind}"
+        """`M.output`, with the cell's own names (an unrolled loop's iteration says which it is)."""
+        described = f"{self.target}.{self.kind}"
+        return as_written(described, "label") if LOOP_PREFIX in described else described
 
     def as_written(self) -> str:
         """The use as the cell writes it: `X.skip(...)` for a skip (describe() names the gate's event)."""
-        return f"{self.target}(...)" if self.skip else self.describe()
+        return f"{as_written(self.target, 'label')}(...)" if self.skip else self.describe()
+
+
+def in_statement(uses: list, node: int, reads: frozenset, binds: frozenset) -> list:
+    """The uses of one statement, each with the statement's index and the names it reads and binds."""
+    return [replace(use, node=node, reads=reads, binds=binds) for use in uses]
 
 
 # What a statement that reads a cache and waits for no event waits for instead (Node.after), in words
@@ -86,15 +100,15 @@ class HookGraph:
         lines.extend(f"  cache(...)  [a forward hook on every module it matches]  line {line}" for line in self.caches)
         if not seen and not self.caches:
             lines.append("  (none: the model runs with no hooks)")
-        for (kind, target), uses in seen.items():
+        for (kind, _), uses in seen.items():
             if uses[0].skip:          # `X.skip(v)`: X's forward answers with v while the cell runs
                 how = ", ".join(f"line {u.line}" for u in uses)
-                lines.append(f"  {target}(...)  [the module's forward, in place for the run]  {how}")
+                lines.append(f"  {uses[0].as_written()}  [the module's forward, in place for the run]  {how}")
                 continue
             hook = "tensor hook" if kind == "grad" else (
                 "forward pre-hook" if kind in ("input", "inputs") else "forward hook")
             how = ", ".join(f"line {u.line} {'writes' if u.write else 'reads'}" for u in uses)
-            lines.append(f"  {target}.{kind}  [{hook}]  {how}")
+            lines.append(f"  {uses[0].describe()}  [{hook}]  {how}")
         if self.passes:
             lines.append("backward passes:")
             for bw in self.passes:
@@ -147,10 +161,10 @@ class HookGraph:
     def to_dict(self) -> dict:
         return {
             "nodes": [{"index": n.index, "line": n.line, "source": n.source,
-                       "reads": sorted(n.reads), "binds": sorted(n.binds),
+                       "reads": _as_written(n.reads), "binds": _as_written(n.binds),
                        "deps": list(n.deps), "block": n.block, "invoke": n.invoke,
                        "after": n.after, "after_why": CACHE_WAITS.get(n.after),
-                       "events": [{"kind": e.kind, "target": e.target, "line": e.line,
+                       "events": [{"kind": e.kind, "target": as_written(e.target, ""), "line": e.line,
                                    "write": e.write} for e in n.events]}
                       for n in self.nodes],
             "passes": [{"index": p.index, "line": p.line, "source": p.source, "block": p.block}
@@ -159,3 +173,8 @@ class HookGraph:
             "failed": self.failed,
             "caches": list(self.caches),
         }
+
+
+def _as_written(names: frozenset) -> list:
+    """The names, sorted, as the cell wrote them: an unrolled loop's per-iteration names by the loop's own."""
+    return sorted({as_written(name, "") for name in names})

@@ -18,8 +18,7 @@ import itertools
 from .cellast import is_backward_block, is_invoke_block, is_path, walk_cell_level
 from .dataflow import bound_names, read_names
 from ...errors import NbgradError
-
-LOOP_PREFIX = "_nbgrad_loop_"     # an iteration's own binding of a name: dropped from the namespace after the run
+from ...errors.naming import LOOP_PREFIX, loop_name      # an iteration's own binding of a name: dropped after the run
 UNROLLED = "_nbgrad_unrolled"      # attribute of a node whose text is its unparse, not its source segment
 MOST_ELEMENTS = 4096
 _CONSTANTS = (int, float, str, bool, type(None))
@@ -194,11 +193,11 @@ class _Unroller:
         described = self.elements_for(loop)
         names = _target_names(loop.target)
         copies, versions, last = [], {}, None
-        for element in described:
+        for iteration, element in enumerate(described):
             last = {name: _element_expr(loop, part) for name, part in zip(names, element)}
             body = self._decided([ast.fix_missing_locations(_Substitute(last).visit(copy.deepcopy(stmt)))
                                   for stmt in loop.body])
-            copies.extend(self.statements(self._renamed(body, _own_names(body), versions)))
+            copies.extend(self.statements(self._renamed(body, _own_names(body), versions, iteration)))
         if last is not None:
             for name, value in {**last, **{n: ast.Name(v, ast.Load()) for n, v in versions.items()}}.items():
                 assign = ast.Assign(targets=[ast.Name(name, ast.Store())], value=_marked(value))
@@ -213,18 +212,18 @@ class _Unroller:
             result.extend(self._decided(stmt.body if self.elements_for(stmt) else stmt.orelse) if chosen else [stmt])
         return result
 
-    def _renamed(self, body: list, own: set, versions: dict) -> list:
+    def _renamed(self, body: list, own: set, versions: dict, iteration: int) -> list:
         """Each name of `own` bound in this copy gets a name of its own; reads see the latest one."""
         for stmt in body:
             if is_invoke_block(stmt):
-                self._renamed(stmt.body, own, versions)
+                self._renamed(stmt.body, own, versions, iteration)
                 continue
             _Rename(versions).visit(stmt)
             for target in (stmt.targets if isinstance(stmt, ast.Assign) else
                            [stmt.target] if isinstance(stmt, ast.AnnAssign) else []):
                 if isinstance(target, ast.Name) and target.id in own:
                     self.serial += 1
-                    versions[target.id] = f"{LOOP_PREFIX}{self.serial}_{target.id}"
+                    versions[target.id] = loop_name(self.serial, iteration, target.id)
                     target.id = versions[target.id]
         return body
 

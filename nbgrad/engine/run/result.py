@@ -1,99 +1,87 @@
 """What a cell leaves behind (Result), and the names its saved values go by."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import copy
 
 import torch
 from torch import nn
 
 _MISSING = object()
-_EMPTY_FIELDS = {"shapes": dict, "leaf_grads": dict, "accumulated": set, "invokes": list, "saved_invokes": dict}
 
 
-@dataclass(init=False)
+class Later(tuple):
+    """A value built on first read: `Result.saved` (or `.graph`) given as `Later((build, *args))` is `build(*args)`;
+    `.grad_pairs` is `build(result.saved, *args)`. A tuple, so that making one runs no Python code."""
+    __slots__ = ()
+
+
 class Result:
-    """What a cell leaves behind: saved values by name, the hook graph, shapes of what was traced."""
-    saved: dict
-    graph: object
-    shapes: dict = field(default_factory=dict)       # (id(module), "output" | "grad") -> shape, for the sidebar
-    leaf_grads: dict = field(default_factory=dict)   # %%backward: leaf name -> its .grad
-    accumulated: set = field(default_factory=set)    # leaf names whose .grad held a value before
-    grad_pairs: dict = field(default_factory=dict)   # saved gradient name -> name of its tensor
-    input_ids: object = None
-    invokes: list = field(default_factory=list)      # the INPUT of each `with invoke(...)` block
-    saved_invokes: dict = field(default_factory=dict)  # saved name -> index of the invoke that saved it
+    """What a cell leaves behind: saved values by name, the hook graph, shapes of what was traced. `saved`, `graph`
+    and `grad_pairs` may be given as a `Later`: built when first read, then kept."""
+    FIELDS = ("saved", "graph", "shapes", "leaf_grads", "accumulated", "grad_pairs", "input_ids", "invokes",
+              "saved_invokes")       # what `repr` shows, in this order
 
     def __init__(self, saved: dict, graph, shapes=None, leaf_grads=None, accumulated=None, grad_pairs=None,
                  input_ids=None, invokes=None, saved_invokes=None):
-        # Written out rather than generated: the graph goes in without the property's call, and a field left
-        # out is made empty when first read (`__getattr__`), not with every cell's result
-        fields = self.__dict__
-        fields["_saved"], fields["_graph"], fields["input_ids"] = saved, graph, input_ids
-        if shapes is not None:
-            fields["shapes"] = shapes
-        if grad_pairs is not None:
-            fields["_grad_pairs"] = grad_pairs
-        if saved_invokes is not None:
-            fields["saved_invokes"] = saved_invokes
-        if leaf_grads is not None:
-            fields["leaf_grads"] = leaf_grads
-        if accumulated is not None:
-            fields["accumulated"] = accumulated
-        if invokes is not None:
-            fields["invokes"] = invokes
+        self._saved, self._graph, self._grad_pairs = saved, graph, grad_pairs
+        self.shapes = {} if shapes is None else shapes       # (id(module), "output" | "grad") -> shape, for the sidebar
+        self.leaf_grads = {} if leaf_grads is None else leaf_grads           # %%backward: leaf name -> its .grad
+        self.accumulated = set() if accumulated is None else accumulated     # leaf names whose .grad held a value
+        self.input_ids = input_ids
+        self.invokes = [] if invokes is None else invokes                    # the INPUT of each `with invoke(...)`
+        self.saved_invokes = {} if saved_invokes is None else saved_invokes  # saved name -> index of its invoke
 
-    def __getattr__(self, name):         # only for a name not set: an empty field, made on first read
-        make = _EMPTY_FIELDS.get(name)
-        if make is None:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        value = self.__dict__[name] = make()
-        return value
+    @property
+    def saved(self) -> dict:
+        """Saved values by every name the cell bound them to, in the order saved."""
+        if type(self._saved) is Later:
+            self._saved = self._saved[0](*self._saved[1:])
+        return self._saved
+
+    @saved.setter
+    def saved(self, value: dict) -> None:
+        self._saved = value
+
+    @property
+    def graph(self):
+        """The hook graph of the cell (with what ran, after a run)."""
+        if type(self._graph) is Later:
+            self._graph = self._graph[0](*self._graph[1:])
+        return self._graph
+
+    @graph.setter
+    def graph(self, value) -> None:
+        self._graph = value
+
+    @property
+    def grad_pairs(self) -> dict:
+        """Saved gradient name -> name of the tensor it flowed into."""
+        if self._grad_pairs is None:
+            self._grad_pairs = {}
+        elif type(self._grad_pairs) is Later:
+            self._grad_pairs = self._grad_pairs[0](self.saved, *self._grad_pairs[1:])
+        return self._grad_pairs
+
+    @grad_pairs.setter
+    def grad_pairs(self, value: dict) -> None:
+        self._grad_pairs = value
+
+    def without(self, names) -> Result:
+        """A copy less the saved values `names` (each Cache, which has a panel of its own). Its dicts, lists and sets
+        are its own; it shares what they hold (the tensors), the hook graph and the input ids."""
+        rest = copy.copy(self)       # a subclass's own fields come along
+        rest._saved = {name: value for name, value in self.saved.items() if name not in names}
+        rest._graph, rest._grad_pairs = self.graph, {n: t for n, t in self.grad_pairs.items() if n not in names}
+        rest.shapes, rest.leaf_grads, rest.accumulated = dict(self.shapes), dict(self.leaf_grads), set(self.accumulated)
+        rest.invokes = list(self.invokes)
+        rest.saved_invokes = {name: k for name, k in self.saved_invokes.items() if name not in names}
+        return rest
 
     def __getitem__(self, name):
         return self.saved[name]
 
-
-class Later(tuple):
-    """A value built on first read: `Result.graph` (or `.saved`) given as `Later((build, *args))` is
-    `build(*args)`. A tuple, so that making one runs no Python code."""
-    __slots__ = ()
-
-
-def _built_when_read(name: str, doc: str) -> property:
-    """A field of Result that may be given as `Later((build, *args))`: built on first read, then kept."""
-    slot = "_" + name
-
-    def read(result: Result):
-        value = result.__dict__[slot]
-        if type(value) is Later:
-            value = result.__dict__[slot] = value[0](*value[1:])
-        return value
-
-    def write(result: Result, value) -> None:
-        result.__dict__[slot] = value
-    return property(read, write, doc=doc)
-
-
-def _read_grad_pairs(result: Result) -> dict:
-    """`Result.grad_pairs`: empty unless given; given as a `Later` (run_result), paired with the saved values when
-    read."""
-    value = result.__dict__.get("_grad_pairs")
-    if value is None:
-        value = result.__dict__["_grad_pairs"] = {}
-    elif type(value) is Later:
-        value = result.__dict__["_grad_pairs"] = value[0](result.saved, *value[1:])
-    return value
-
-
-def _write_grad_pairs(result: Result, value) -> None:
-    result.__dict__["_grad_pairs"] = value
-
-
-# Set after the dataclass is made: a property in the class body would be taken for the field's default.
-Result.graph = _built_when_read("graph", "The hook graph of the cell (with what ran, after a run).")
-Result.saved = _built_when_read("saved", "Saved values by every name the cell bound them to, in the order saved.")
-Result.grad_pairs = property(_read_grad_pairs, _write_grad_pairs,
-                             doc="Saved gradient name -> name of the tensor it flowed into.")
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{name}={getattr(self, name)!r}' for name in self.FIELDS)})"
 
 
 class SavedValues:
