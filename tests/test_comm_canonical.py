@@ -111,3 +111,16 @@ def test_a_model_of_no_known_family_shows_its_own_paths_only():
     tree = tree_of(nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1)))
     assert not [node["path"] for node in nodes(tree) if {"canonical", "values", "family"} & set(node)]
     assert [node["path"] for node in nodes(tree)] == ["model", "model[0]", "model[1]", "model[2]"]
+
+
+class OddNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(2, 2)])
+
+
+def test_a_family_entry_that_cannot_be_read_leaves_the_tree_without_canonical_names():
+    nbgrad.names.register(OddNet, {"layers": 5})            # not a path: reading the entry fails
+    tree = tree_of(OddNet())
+    assert [node["path"] for node in nodes(tree)] == ["model", "model.blocks", "model.blocks[0]"]
+    assert "error" not in tree and not [node for node in nodes(tree) if {"canonical", "family"} & set(node)]

@@ -153,7 +153,7 @@ def _is_module(value) -> bool:
 
 def module_tree(name: str, model: nn.Module) -> dict:
     shapes = _last_shapes.get(model, {})
-    canonical = canonical_tree(model, name)
+    canonical = _canonical_tree(model, name)
     budget = [MAX_NODES]
 
     def node(label: str, path: str, module: nn.Module) -> dict:
@@ -177,6 +177,15 @@ def module_tree(name: str, model: nn.Module) -> dict:
         tree["family"] = canonical.family
     tree["edits"] = [{"source": edit.summary(), "label": edit.label} for edit in active_edits(model)]
     return tree
+
+
+def _canonical_tree(model: nn.Module, name: str):
+    """The model's canonical names, or None: a family entry that cannot be read (one registered with a wrong path)
+    leaves the tree as it is without them, rather than in place of it."""
+    try:
+        return canonical_tree(model, name)
+    except Exception:
+        return None
 
 
 def _canonical_names(entry: dict, canonical) -> None:
