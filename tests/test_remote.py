@@ -99,6 +99,19 @@ def test_the_handle_is_the_models_skeleton_and_paths_are_checked_there(big, loca
     assert str(there.value) == str(here.value) and "line 2" in str(there.value)
 
 
+def test_the_sidebar_lists_the_handle_as_remote_from_its_skeleton(big, local, monkeypatch):
+    from nbgrad.notebook.comm import models_in
+
+    def asked(*args, **kwargs):
+        raise AssertionError("the sidebar waited for an answer from the actor")
+    monkeypatch.setattr(ray, "get", asked)
+    [entry] = models_in({"big": big})
+    monkeypatch.undo()
+    assert entry["remote"] is True and entry["where"] == f"actor pid {big.pid} on {big.node}"
+    assert big.node == ray.util.get_node_ip_address() and big.pid != os.getpid()
+    assert entry["total"] == sum(p.numel() for p in local.parameters()) and entry["family"] == "gpt2"
+
+
 def test_other_cell_forms_equal_local(big, local):
     invokes = ("with invoke('The Eiffel Tower is in the city of'):\n"
                "    clean = big.transformer.h[1].output[:, -1].save()\n"

@@ -5,35 +5,15 @@ import pytest
 import torch
 
 import nbgrad
-from nbgrad.remote.actor import ModelHolder
-from nbgrad.remote.handle import RemoteModel
+from inprocess import in_process_handle
 
 ray = pytest.importorskip("ray")
 PROMPT = "The Eiffel Tower is in the city of"
 
 
-class Method:
-    def __init__(self, function):
-        self.function = function
-
-    def remote(self, *args):
-        return self.function(*args)
-
-
-class InProcess:
-    """The holder's methods as an actor handle's: `holder.run.remote(request)` is the answer itself."""
-
-    def __init__(self, holder):
-        self.holder = holder
-
-    def __getattr__(self, name):
-        return Method(getattr(self.holder, name))
-
-
 @pytest.fixture
 def big(monkeypatch):
-    monkeypatch.setattr(ray, "get", lambda answer: answer)      # the transport: here, the answer as it is
-    return RemoteModel(nbgrad.load_model, {}, actor=InProcess(ModelHolder(nbgrad.load_model)))
+    return in_process_handle(monkeypatch, nbgrad.load_model)
 
 
 @pytest.fixture(scope="module")

@@ -14,24 +14,10 @@ import {
 import { CommsOverSubshells, Kernel } from '@jupyterlab/services';
 import { treeViewIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
-import { count, el } from './dom';
-import { editsNote, IEdit } from './edits';
+import { el } from './dom';
+import { valuesList } from './canonical';
+import { IModuleNode, moduleRow } from './row';
 import { isSitesReply, SitesShown } from './sites';
-
-export interface IModuleNode {
-  name: string;
-  path: string;
-  type: string;
-  params: number;
-  total: number;
-  output: number[] | null;
-  grad: number[] | null;
-  children: IModuleNode[];
-  truncated?: boolean;
-  lazy?: boolean;
-  error?: string;
-  edits?: IEdit[];
-}
 
 // A tree this small is built at once; a bigger one (a 32-block model has ~500 modules) builds each
 // branch the first time it is opened, so the sidebar opens at once whatever the model's size.
@@ -167,52 +153,28 @@ export class ModelExplorer extends Widget {
   }
 
   private row(node: IModuleNode): HTMLElement {
-    const row = el('div', 'nbgrad-node-row');
-    const button = el('button', 'nbgrad-node', node.name) as HTMLButtonElement;
-    button.type = 'button';
-    button.title = `insert ${node.path}.output`;
-    button.dataset.path = node.path;
-    button.addEventListener('click', () => this.insert(`${node.path}.output`));
-    row.appendChild(button);
-    row.dataset.path = node.path;
-    const sites = el('button', 'nbgrad-sites-button', 'sites') as HTMLButtonElement;
-    sites.title = `list the sites inside ${node.type}.forward (M.source); again to hide them`;
-    sites.addEventListener('click', event => {
-      event.preventDefault(); // inside a <summary>: do not fold the branch
-      this.sites.toggle(node.path, row, () => this.comm?.send({ request: 'sites', path: node.path }));
+    return moduleRow(node, {
+      insert: text => this.insert(text),
+      toggleSites: (path, row) => this.sites.toggle(path, row, () => this.comm?.send({ request: 'sites', path }))
     });
-    row.appendChild(sites);
-    row.appendChild(el('span', 'nbgrad-type', node.type));
-    row.appendChild(el('span', 'nbgrad-params', `${count(node.total)} params`));
-    if (node.lazy) {
-      row.appendChild(el('span', 'nbgrad-params', 'lazy: shapes after its first call'));
+  }
+
+  // A module without children: its row, and the canonical values read there if it has any.
+  private leaf(node: IModuleNode): HTMLElement {
+    const leaf = el('div', 'nbgrad-leaf');
+    leaf.appendChild(this.row(node));
+    const values = valuesList(node, text => this.insert(text));
+    if (values) {
+      leaf.appendChild(values);
     }
-    if (node.output || node.grad) {
-      row.classList.add('nbgrad-touched');
-      row.title = 'the last traced cell touched this module';
-    }
-    if (node.output) {
-      row.appendChild(el('span', 'nbgrad-shape', `out [${node.output.join(', ')}]`));
-    }
-    if (node.grad) {
-      row.appendChild(el('span', 'nbgrad-shape nbgrad-grad', `grad [${node.grad.join(', ')}]`));
-    }
-    if (node.error) {
-      row.appendChild(el('span', 'nbgrad-note', `cannot list: ${String(node.error)}`));
-    }
-    const edits = editsNote(node.edits);
-    if (edits) {
-      row.appendChild(edits);
-    }
-    return row;
+    return leaf;
   }
 
   private branch(node: IModuleNode, open: boolean, eager: boolean): HTMLElement {
     if (!node.children.length) {
-      const leaf = el('div', 'nbgrad-leaf');
-      leaf.appendChild(this.row(node));
-      return leaf;
+      return this.leaf(node);
     }
+    const values = valuesList(node, text => this.insert(text));
     const details = document.createElement('details');
     details.className = 'nbgrad-branch';
     details.dataset.path = node.path;
@@ -222,6 +184,9 @@ export class ModelExplorer extends Widget {
     let built = false;
     const build = () => {
       built = true;
+      if (values) {
+        details.appendChild(values);
+      }
       for (const child of node.children) {
         details.appendChild(this.branch(child, this.opened.has(child.path), eager));
       }

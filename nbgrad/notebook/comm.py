@@ -11,6 +11,7 @@ from torch.nn.parameter import is_lazy
 
 from ..engine.run.edits import active_edits
 from ..errors.naming import module_path
+from ..names.tree import canonical_tree
 from .comm_sites import sites_reply
 
 TARGET = "nbgrad"
@@ -86,22 +87,48 @@ def after_cell(shell, model, result) -> None:
 
 
 def models_in(namespace: dict) -> list:
-    """The tree of each module in the namespace; one that cannot be walked says why instead. A name bound to a
+    """The tree of each module in the namespace, and of each remote model (`nbgrad.remote`'s handle: its tree is the
+    skeleton's, drawn here without asking the actor); one that cannot be walked says why instead. A name bound to a
     submodule of another module there (a loop's leftover `module`, `attn_module = model...attn`) is no model
     of its own: it is in that model's tree already."""
     models = []
-    found = [(name, value) for name, value in list(namespace.items())
-             if isinstance(name, str) and not name.startswith("_") and _is_module(value)]
-    inside = _submodules_of([value for _, value in found])
-    for name, value in found:
-        if id(value) not in inside:
+    found = [(name, value, _tree_of(value)) for name, value in list(namespace.items())
+             if isinstance(name, str) and not name.startswith("_")]
+    found = [(name, value, tree) for name, value, tree in found if tree is not None]
+    inside = _submodules_of([tree for _, _, tree in found])
+    for name, value, tree in found:
+        if id(tree) not in inside:
             try:
-                models.append(module_tree(name, value))
+                models.append(_remote_entry(module_tree(name, tree), value))
             except Exception as error:
-                models.append({"name": name, "path": name, "type": type(value).__name__, "params": 0,
+                models.append({"name": name, "path": name, "type": type(tree).__name__, "params": 0,
                                "total": 0, "output": None, "grad": None, "children": [],
                                "error": _brief(error)})
     return models
+
+
+def _tree_of(value) -> nn.Module | None:
+    """The module whose tree the sidebar draws for a namespace value: a module itself, a remote model's skeleton."""
+    if _is_module(value):
+        return value
+    try:
+        remote = getattr(type(value), "nbgrad_remote", False) is True
+        skeleton = value.skeleton if remote else None
+    except Exception:       # a proxy that raises when asked is no model
+        return None
+    return skeleton if _is_module(skeleton) else None
+
+
+def _remote_entry(entry: dict, value) -> dict:
+    """A remote model's entry says so, and where it lives."""
+    if _is_module(value):
+        return entry
+    entry["remote"] = True
+    try:
+        entry["where"] = str(value.where)
+    except Exception:       # a handle without that fact: "remote" alone
+        entry["where"] = None
+    return entry
 
 
 def _submodules_of(modules: list) -> set:
@@ -126,6 +153,7 @@ def _is_module(value) -> bool:
 
 def module_tree(name: str, model: nn.Module) -> dict:
     shapes = _last_shapes.get(model, {})
+    canonical = _canonical_tree(model, name)
     budget = [MAX_NODES]
 
     def node(label: str, path: str, module: nn.Module) -> dict:
@@ -134,6 +162,7 @@ def module_tree(name: str, model: nn.Module) -> dict:
         entry = {"name": label, "path": path, "type": type(module).__name__, "params": own,
                  "output": _shape(shapes.get((id(module), "output"))),
                  "grad": _shape(shapes.get((id(module), "grad"))), "children": []}
+        _canonical_names(entry, canonical)
         for child_name, child in module.named_children():
             if budget[0] <= 0:
                 entry["truncated"] = True
@@ -144,8 +173,30 @@ def module_tree(name: str, model: nn.Module) -> dict:
             entry["lazy"] = True      # its shapes come with the first call (nn.LazyLinear, ...)
         return entry
     tree = node(name, name, model)
+    if canonical is not None:
+        tree["family"] = canonical.family
     tree["edits"] = [{"source": edit.summary(), "label": edit.label} for edit in active_edits(model)]
     return tree
+
+
+def _canonical_tree(model: nn.Module, name: str):
+    """The model's canonical names, or None: a family entry that cannot be read (one registered with a wrong path)
+    leaves the tree as it is without them, rather than in place of it."""
+    try:
+        return canonical_tree(model, name)
+    except Exception:
+        return None
+
+
+def _canonical_names(entry: dict, canonical) -> None:
+    """A module of a known family: its canonical path (what a click inserts) and the canonical values read there."""
+    if canonical is None:
+        return
+    path = entry["path"]
+    if path in canonical.names:
+        entry["canonical"] = canonical.names[path]
+    if path in canonical.values:
+        entry["values"] = list(canonical.values[path])
 
 
 def _numel(params) -> int:

@@ -17,12 +17,14 @@ class ModelHolder:
         self.lock, self.running = threading.Lock(), None
 
     def describe(self) -> bytes:
-        """(skeleton, tokenizer, parameter bytes, pid), pickled."""
+        """(skeleton, tokenizer, parameter bytes, pid, the node's address), pickled."""
         import os
+        import ray
         from ray import cloudpickle
         from .skeleton import skeleton_of
         weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
-        return cloudpickle.dumps((skeleton_of(self.model), self.tokenizer, weights, os.getpid()))
+        return cloudpickle.dumps((skeleton_of(self.model), self.tokenizer, weights, os.getpid(),
+                                  ray.util.get_node_ip_address()))
 
     def run(self, request: bytes) -> bytes:
         """A cell: `request` is cloudpickle of (kind, source, shipped names, INPUT, options); the answer is

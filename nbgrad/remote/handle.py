@@ -30,8 +30,8 @@ class RemoteModel:
         if actor is None:
             actor = holder_class().options(**self._actor_options).remote(self._build)
         self._actor = actor
-        skeleton, tokenizer, weights, pid = cloudpickle.loads(self._ask(actor.describe.remote()))
-        self.skeleton, self.tokenizer, self.weight_bytes, self.pid = skeleton, tokenizer, weights, pid
+        skeleton, tokenizer, weights, pid, node = cloudpickle.loads(self._ask(actor.describe.remote()))
+        self.skeleton, self.tokenizer, self.weight_bytes, self.pid, self.node = skeleton, tokenizer, weights, pid, node
         if tokenizer is not None:
             from ..models.loading import register_tokenizer
             register_tokenizer(self, tokenizer)
@@ -104,9 +104,15 @@ class RemoteModel:
         return getattr(self.skeleton, "config", None)
 
     def __getattr__(self, name):
-        if name.startswith("_") or name in ("skeleton", "tokenizer", "weight_bytes", "pid"):
+        if name.startswith("_") or name in ("skeleton", "tokenizer", "weight_bytes", "pid", "node"):
             raise AttributeError(name)
         return RemotePath(self, "", self.skeleton).__getattr__(name)
+
+    @property
+    def where(self) -> str:
+        """Where the model lives, as the sidebar says it: the actor's name (if named), process and node."""
+        named = f"actor {self._label!r}, " if self._actor_options.get("name") else "actor "
+        return f"{named}pid {self.pid} on {self.node}"
 
     def __repr__(self):
         return f"remote {type(self.skeleton).__name__} ({self._label}, actor pid {self.pid})"

@@ -55,7 +55,8 @@ def test_every_panel_kind_reads_in_lab(lab, page):
 
 
 def _check_sidebar(page):
-    """At the sidebar's own width, every type, parameter count and shape is whole (never cut at its edge)."""
+    """At the sidebar's own width, every type, parameter count, shape and canonical name is whole (never cut at its
+    edge), and each branch's row starts on its ▼'s line (a highlighted row too)."""
     page.evaluate("() => window.jupyterapp.shell.activateById('nbgrad-sidebar')")
     page.wait_for_selector("#nbgrad-sidebar .nbgrad-type", timeout=60_000)
     page.evaluate("() => document.querySelectorAll('#nbgrad-sidebar details').forEach(d => d.open = true)")
@@ -63,13 +64,17 @@ def _check_sidebar(page):
     screenshot(page, "visual-lab-sidebar")
     cut = page.evaluate("""() => { const box = document.querySelector('#nbgrad-sidebar').getBoundingClientRect();
         return [...document.querySelectorAll('#nbgrad-sidebar .nbgrad-type, #nbgrad-sidebar .nbgrad-params,'
-                                             + ' #nbgrad-sidebar .nbgrad-shape')]
+                                             + ' #nbgrad-sidebar .nbgrad-shape, #nbgrad-sidebar .nbgrad-canonical')]
             .filter(el => el.getClientRects().length)
             .filter(el => el.getBoundingClientRect().right > box.right + 0.5 || el.scrollWidth > el.clientWidth + 1)
             .map(el => el.textContent); }""")
     names = page.evaluate("() => [...document.querySelectorAll('#nbgrad-sidebar .nbgrad-tree > details > summary "
                           ".nbgrad-node')].map(el => el.textContent)")
+    below = page.evaluate("() => [...document.querySelectorAll('#nbgrad-sidebar summary')].filter(s =>"
+                          " s.querySelector('.nbgrad-node-row').getBoundingClientRect().top"
+                          " - s.getBoundingClientRect().top > 4).map(s => s.parentElement.dataset.path)")
     assert cut == [], cut
+    assert below == [], below
     assert names == ["model", "eager"]                  # not the leftovers `module` and `attn_module`
 
 

@@ -1,0 +1,76 @@
+// One module's row in the sidebar's tree: its name (a click inserts its path), its canonical name, a "sites"
+// button, its type, parameters and the shapes the last traced cell saw. Every string is set as text.
+import { count, el } from './dom';
+import { canonicalName, clickedPath, clickTitle, ICanonicalNode, modelMarks } from './canonical';
+import { editsNote, IEdit } from './edits';
+
+export interface IModuleNode extends ICanonicalNode {
+  name: string;
+  path: string;
+  type: string;
+  params: number;
+  total: number;
+  output: number[] | null;
+  grad: number[] | null;
+  children: IModuleNode[];
+  truncated?: boolean;
+  lazy?: boolean;
+  error?: string;
+  edits?: IEdit[];
+}
+
+export interface IRowActions {
+  insert(text: string): void;
+  toggleSites(path: string, row: HTMLElement): void;
+}
+
+export function moduleRow(node: IModuleNode, actions: IRowActions): HTMLElement {
+  const row = el('div', 'nbgrad-node-row');
+  row.dataset.path = node.path;
+  const button = el('button', 'nbgrad-node', node.name) as HTMLButtonElement;
+  button.type = 'button';
+  button.title = clickTitle(node);
+  button.dataset.path = node.path;
+  button.addEventListener('click', event => actions.insert(clickedPath(node, event.altKey)));
+  row.appendChild(button);
+  const canonical = canonicalName(node, actions.insert);
+  if (canonical) {
+    row.appendChild(canonical);
+  }
+  modelMarks(node).forEach(mark => row.appendChild(mark));
+  const sites = el('button', 'nbgrad-sites-button', 'sites') as HTMLButtonElement;
+  sites.title = `list the sites inside ${node.type}.forward (M.source); again to hide them`;
+  sites.addEventListener('click', event => {
+    event.preventDefault(); // inside a <summary>: do not fold the branch
+    actions.toggleSites(node.path, row);
+  });
+  row.appendChild(sites);
+  row.appendChild(el('span', 'nbgrad-type', node.type));
+  row.appendChild(el('span', 'nbgrad-params', `${count(node.total)} params`));
+  describe(node, row);
+  return row;
+}
+
+// What the row says of the module beyond its name: laziness, the last traced shapes, an error, its edits.
+function describe(node: IModuleNode, row: HTMLElement): void {
+  if (node.lazy) {
+    row.appendChild(el('span', 'nbgrad-params', 'lazy: shapes after its first call'));
+  }
+  if (node.output || node.grad) {
+    row.classList.add('nbgrad-touched');
+    row.title = 'the last traced cell touched this module';
+  }
+  if (node.output) {
+    row.appendChild(el('span', 'nbgrad-shape', `out [${node.output.join(', ')}]`));
+  }
+  if (node.grad) {
+    row.appendChild(el('span', 'nbgrad-shape nbgrad-grad', `grad [${node.grad.join(', ')}]`));
+  }
+  if (node.error) {
+    row.appendChild(el('span', 'nbgrad-note', `cannot list: ${String(node.error)}`));
+  }
+  const edits = editsNote(node.edits);
+  if (edits) {
+    row.appendChild(edits);
+  }
+}
