@@ -13,20 +13,15 @@ export interface ICanonicalNode {
   where?: string | null; // on a remote model: its actor, process and node
 }
 
-// What a click on a module inserts: its canonical path where it has one, its own path on Alt+click or otherwise.
-export function clickedPath(node: ICanonicalNode, own: boolean): string {
-  return `${own || !node.canonical ? node.path : node.canonical}.output`;
-}
-
+// What a click on a module's name inserts: its own path (SPEC §7); its canonical name, beside it, inserts the
+// canonical path.
 export function clickTitle(node: ICanonicalNode): string {
-  if (!node.canonical) {
+  if (!node.canonical || node.canonical === node.path) {
     return `insert ${node.path}.output`;
   }
-  return `insert ${node.canonical}.output (canonical name); Alt+click inserts its own path, ${node.path}.output`;
+  return `insert ${node.path}.output; its canonical name beside it inserts ${node.canonical}.output`;
 }
 
-// `layers[3].attn` beside the module's own name (the model's name is the tree's root already): a button that
-// inserts the canonical path, as the module's name does.
 export function canonicalName(node: ICanonicalNode, insert: (text: string) => void): HTMLElement | null {
   if (!node.canonical || node.canonical === node.path) {
     return null;
@@ -79,7 +74,7 @@ export function modelMarks(node: ICanonicalNode): HTMLElement[] {
   if (node.family) {
     const family = el('span', 'nbgrad-family', `${String(node.family)} names`);
     family.title = `a ${String(node.family)} model: canonical names (layers[i].attn, resid_post...) beside its own ` +
-      'paths; a click inserts the canonical path';
+      'paths; a click on a canonical name inserts the canonical path';
     marks.push(family);
   }
   return marks;

@@ -1,7 +1,7 @@
 // One module's row in the sidebar's tree: its name (a click inserts its path), its canonical name, a "sites"
 // button, its type, parameters and the shapes the last traced cell saw. Every string is set as text.
 import { count, el } from './dom';
-import { canonicalName, clickedPath, clickTitle, ICanonicalNode, modelMarks } from './canonical';
+import { canonicalName, clickTitle, ICanonicalNode, modelMarks } from './canonical';
 import { editsNote, IEdit } from './edits';
 
 export interface IModuleNode extends ICanonicalNode {
@@ -31,7 +31,7 @@ export function moduleRow(node: IModuleNode, actions: IRowActions): HTMLElement 
   button.type = 'button';
   button.title = clickTitle(node);
   button.dataset.path = node.path;
-  button.addEventListener('click', event => actions.insert(clickedPath(node, event.altKey)));
+  button.addEventListener('click', () => actions.insert(`${node.path}.output`));
   row.appendChild(button);
   const canonical = canonicalName(node, actions.insert);
   if (canonical) {

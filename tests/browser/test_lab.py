@@ -59,8 +59,7 @@ def test_panels_sidebar_highlighting_and_save(lab, lab_root, page):
     show_panel.scroll_into_view_if_needed()
     screenshot(page, "lab-show-panel-slider")
 
-    # The sidebar lists the model tree with the traced shapes; a click inserts the module's path (canonical: the
-    # model is a GPT-2).
+    # The sidebar lists the model tree with the traced shapes; a click inserts the module's path.
     page.evaluate("() => window.jupyterapp.shell.activateById('nbgrad-sidebar')")
     page.wait_for_selector('.nbgrad-node[data-path="model.transformer.h[3]"]', state="attached", timeout=60_000)
     sidebar = page.locator("#nbgrad-sidebar")
@@ -75,8 +74,8 @@ def test_panels_sidebar_highlighting_and_save(lab, lab_root, page):
                   " nb.activeCellIndex = nb.widgets.length - 1; nb.mode = 'edit'; }")
     page.locator('.nbgrad-node[data-path="model.transformer.h[3]"]').click()
     page.wait_for_function("() => window.jupyterapp.shell.currentWidget.content.widgets[3].model.sharedModel"
-                           ".getSource().includes('model.layers[3].output')", timeout=10_000)
-    assert _active_notebook_source(page, 3) == "model.layers[3].output"
+                           ".getSource().includes('model.transformer.h[3].output')", timeout=10_000)
+    assert _active_notebook_source(page, 3) == "model.transformer.h[3].output"
     # A branch's ▼ and its row stay on one line, even where the row is wider than the sidebar.
     lines = page.evaluate("() => [...document.querySelectorAll('#nbgrad-sidebar summary')].map(s =>"
                           " s.getBoundingClientRect().height / s.querySelector('.nbgrad-node-row')"

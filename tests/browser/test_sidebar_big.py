@@ -50,7 +50,7 @@ def test_a_32_block_model_opens_lazily_and_keeps_open_branches(lab, lab_root, pa
                   " nb.activeCellIndex = 2; nb.mode = 'edit'; }")
     page.locator('#nbgrad-sidebar .nbgrad-node[data-path="model.model.layers[31].mlp"]').click()
     page.wait_for_function("() => window.jupyterapp.shell.currentWidget.content.widgets[2].model.sharedModel"
-                           ".getSource() === 'model.layers[31].mlp.output'", timeout=10_000)   # canonical
+                           ".getSource() === 'model.model.layers[31].mlp.output'", timeout=10_000)
     screenshot(page, "lab-sidebar-32-blocks")
     page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.shutdown()")
 

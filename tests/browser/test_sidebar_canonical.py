@@ -1,6 +1,6 @@
 """Canonical names and remote models in the sidebar. A GPT-2 model's modules show their canonical names beside their
-own (`layers[3].attn` beside `attn` under `transformer.h.3`): a click inserts the canonical path, Alt+click the
-module's own, and a block's values (`resid_post`...) insert theirs; a model of no known family inserts its own paths.
+own (`layers[3].attn` beside `attn` under `transformer.h.3`): a click on the name inserts the module's own path, on
+its canonical name the canonical path, and a block's values (`resid_post`...) insert theirs; a model of no known family inserts its own paths.
 A remote model is listed with its "remote" mark and where it lives: the handle is nbgrad's own RemoteModel, its
 actor a ModelHolder in the kernel's process (`ray.get` answers at once), as Ray would reach it on a cluster."""
 from labtools import run_notebook, screenshot
@@ -46,8 +46,9 @@ def test_canonical_names_are_shown_and_a_click_inserts_the_canonical_path(lab, p
     _open_tree(page, f"{row} .nbgrad-canonical")
     assert page.locator(f"{row} .nbgrad-canonical").inner_text() == "layers[3].attn"
     name = page.locator(f'{SIDEBAR} .nbgrad-node[data-path="model.transformer.h[3].attn"]')
-    assert _inserted(page, 2, name.click) == "model.layers[3].attn.output"
-    assert _inserted(page, 2, lambda: name.click(modifiers=["Alt"])) == "model.transformer.h[3].attn.output"
+    assert _inserted(page, 2, name.click) == "model.transformer.h[3].attn.output"     # its own path, as SPEC §7 says
+    tag = page.locator(f"{row} .nbgrad-canonical")
+    assert _inserted(page, 2, tag.click) == "model.layers[3].attn.output"
     chip = page.locator(f'{SIDEBAR} .nbgrad-canonical[data-canonical="model.layers[3]"]')
     assert _inserted(page, 2, chip.click) == "model.layers[3].output"
     values = page.locator(f'{SIDEBAR} .nbgrad-values[data-path="model.transformer.h[3]"] .nbgrad-value')
