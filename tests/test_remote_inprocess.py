@@ -143,3 +143,18 @@ def test_paths_that_are_in_the_model_go_to_the_actor_once(counted):
                               "p = big.transformer.h[0].attn.source.attention_interface_1.output.save()\n"
                               "r = big.layers[1].resid_post.save()\n", there)
     assert actor.calls == ["run"] and there["h"].shape == there["r"].shape
+
+
+def test_scan_asks_the_actor_nothing(counted, local):
+    big, actor = counted
+    source = ("c = cache('transformer.h.0.*', grads=True)\nh = big.layers[1].resid_post.save()\n"
+              "p = big.transformer.h[0].attn.source.attention_interface_1.output.save()\n"
+              "with big.lm_head.output[0, -1].max().backward():\n    g = big.transformer.h[0].output.grad.save()\n")
+    there = nbgrad.scan(big, PROMPT, source, {"big": big})
+    assert there == nbgrad.scan(local, PROMPT, source, {"big": local}) and there["g"].shape == there["h"].shape
+    steps = nbgrad.scan(big, PROMPT, "top = big.lm_head.output[:, -1].argmax(-1).save()\n", {"big": big},
+                        generate=True, max_new_tokens=2)
+    assert len(steps["top"]) == 2 and actor.calls == [] and big.stats() == []
+    with pytest.raises(nbgrad.ModulePathError, match="nearest: h$"):
+        nbgrad.scan(big, PROMPT, "h = big.transformer.hh[1].output.save()\n", {"big": big})
+    assert actor.calls == []
