@@ -158,3 +158,18 @@ def test_what_a_scan_does_not_take_is_said():
         with pytest.raises(nbgrad.NbgradError, match=f"nbgrad.scan runs the cell here, on fake tensors: "
                                                      f"`{next(iter(option))}` does not apply to it"):
             nbgrad.scan(model, None, "h = model.transformer.h[1].output.save()\n", over=["Hi"], **option)
+
+
+def test_an_offloaded_model_is_scanned_without_its_placement(tmp_path):
+    """Blocks on the disk and the CPU through accelerate: the twin lives on the CPU without accelerate's hooks
+    (nor the offloaded weights they hold), and the model keeps its own."""
+    from families import save_checkpoint
+    from test_offload import CELL, EXPLICIT, _accelerate_hooks
+    path = str(save_checkpoint("llama", tmp_path / "llama"))
+    model = nbgrad.load_model(path, device_map=EXPLICIT, offload_folder=str(tmp_path / "offload"))
+    ids = torch.tensor([[5, 17, 3, 99, 42, 7]])
+    placed = _accelerate_hooks(model)
+    scanned = nbgrad.scan(model, ids, CELL)
+    real = nbgrad.trace(model, ids, CELL).saved
+    assert scanned == {name: spec_of(value) for name, value in real.items()} and len(scanned) == 5
+    assert _accelerate_hooks(model) == placed

@@ -41,15 +41,26 @@ def fake_twin(model: nn.Module, mode) -> nn.Module:
                 fake = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device="cpu")
             memo[id(tensor)] = nn.Parameter(fake, requires_grad=tensor.requires_grad) \
                 if isinstance(tensor, nn.Parameter) else fake
+    placed = _placement_hooks(model, memo)
     twin = copy.deepcopy(model, memo)
-    _without_hooks(twin)
+    _without_hooks(twin, placed)
     return twin
 
 
-def _without_hooks(twin: nn.Module) -> None:
+def _placement_hooks(model: nn.Module, memo: dict) -> bool:
+    """Whether accelerate placed the model; if so each of its hooks goes in the memo as a bare one, so that the
+    weights an offloading hook holds (its `weights_map`) are not copied with the module."""
+    hooks = [module._hf_hook for module in model.modules() if "_hf_hook" in module.__dict__]
+    if hooks:
+        from accelerate.hooks import ModelHook
+        memo.update((id(hook), ModelHook()) for hook in hooks)
+    return bool(hooks)
+
+
+def _without_hooks(twin: nn.Module, placed: bool) -> None:
     """No hook of the model's (an edit's) and no placement hook of accelerate's (its devices are the model's, not
     the twin's, which lives on the CPU) stays on the twin."""
-    if any(hasattr(module, "_hf_hook") for module in twin.modules()):
+    if placed:
         from accelerate.hooks import remove_hook_from_module
         remove_hook_from_module(twin, recurse=True)
     for module in twin.modules():
