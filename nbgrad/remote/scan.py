@@ -32,6 +32,8 @@ class CacheSpec(dict):
         self.inputs, self.grads = inputs, grads
 
     def __eq__(self, other):
+        if not isinstance(other, CacheSpec):
+            return dict.__eq__(self, other)
         return dict.__eq__(self, other) and (self.inputs, self.grads) == (other.inputs, other.grads)
 
 
