@@ -5,7 +5,7 @@ from .attribution import Attribution, attribute, attribution_patching
 from .errors import GradError, InputError, ModulePathError, NbgradError, OrderError
 from .generation import GenerationResult, generate
 from .models import load_model, processor_for, tokenizer_for
-from .remote import RemoteModel, remote
+from .remote import RemoteModel, Scan, remote, scan
 from .engine.run.result import Result
 from .engine.run.cache import Cache
 from .engine.run.edits import Edit
@@ -16,7 +16,7 @@ __version__ = "0.1.0"
 
 __all__ = ["load_model", "tokenizer_for", "processor_for", "trace", "backward", "generate", "save", "show", "Result",
            "edit", "Edit",
-           "Cache", "run_with_cache", "remote", "RemoteModel",
+           "Cache", "run_with_cache", "remote", "RemoteModel", "scan", "Scan",
            "GenerationResult", "attribute", "attribution_patching", "Attribution", "NbgradError", "GradError",
            "InputError", "ModulePathError", "OrderError", "source", "attention_pattern", "__version__"]
 

@@ -92,11 +92,15 @@ def test_a_cell_equals_the_same_cell_on_a_local_copy_and_plain_hooks(big, local)
 def test_the_handle_is_the_models_skeleton_and_paths_are_checked_there(big, local):
     assert [n for n, _ in big.named_modules()] == [n for n, _ in local.named_modules()]
     assert all(p.device.type == "meta" for p in big.skeleton.parameters())
+    sent = len(big.stats())
     with pytest.raises(nbgrad.ModulePathError) as there:
         nbgrad.trace(big, "Hi", "x = 1\ny = big.transformer.h[12].output.save()\n", {"big": big})
     with pytest.raises(nbgrad.ModulePathError) as here:
         nbgrad.trace(local, "Hi", "x = 1\ny = big.transformer.h[12].output.save()\n", {"big": local})
     assert str(there.value) == str(here.value) and "line 2" in str(there.value)
+    scanned = nbgrad.scan(big, PROMPT, GRADIENT_CELL, {"big": big})        # from the skeleton Ray brought
+    assert scanned == nbgrad.scan(local, PROMPT, GRADIENT_CELL, {"big": local}) and set(scanned) == {"h", "g"}
+    assert len(big.stats()) == sent                     # neither was sent
 
 
 def test_the_sidebar_lists_the_handle_as_remote_from_its_skeleton(big, local, monkeypatch):

@@ -5,8 +5,9 @@ from ..errors import NbgradError
 from ..datasets.cluster import connected, start_cluster
 from .handle import RemoteModel
 from .paths import RemotePath
+from .scan import Scan, TensorSpec, scan
 
-__all__ = ["remote", "RemoteModel", "RemotePath", "start_cluster"]
+__all__ = ["remote", "RemoteModel", "RemotePath", "Scan", "TensorSpec", "scan", "start_cluster"]
 
 
 def remote(name_or_factory=None, *, num_gpus=None, resources=None, runtime_env=None, name=None,

@@ -8,6 +8,7 @@ import torch
 from ..engine.compile.compiler import compile_cell
 from ..engine.run.result import Result
 from ..errors import NbgradError, at_cell_line
+from .pathcheck import check_paths
 from .shipping import picklable, shipped_names
 
 INTERRUPT_WAIT_S = 60
@@ -23,6 +24,7 @@ def run_cell(handle, kind: str, input, source: str, namespace, options: dict):
     if kind == "trace":
         options = _trace_options(options)
     namespace = namespace if namespace is not None else {"model": handle, "torch": torch}
+    check_paths(handle, source, namespace)        # a path not in the model: said here, nothing sent
     shipped = shipped_names(source, namespace, handle)
     picklable("INPUT" if options.get("over") is None else "the dataset", input if options.get("over") is None
               else options["over"])
