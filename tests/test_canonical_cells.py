@@ -3,6 +3,7 @@ cache(...)), and the errors a canonical name can meet: each checked against plai
 import pytest
 import torch
 from torch import nn
+from transformers import GPT2Config, GPT2LMHeadModel
 
 import nbgrad
 from nbgrad.errors import NbgradError
@@ -97,7 +98,6 @@ def test_cache_takes_canonical_modules():
     ("\nx = model.layers[0].resid_pots.save()", "gpt2", ["line 2", "layers[i].resid_pots is not a canonical name",
                                                         "nearest: resid_post, resid_pre"]),
     ("x = model.layers[0].attn.patern.save()", "llama", ["nearest: pattern"]),
-    ("x = model.layers[0].attn.q.save()", "bloom", ["bloom family has no attn.q", "its own way"]),
     ("model.layers[0].attn.head_out = 0", "gpt2", ["computed from attn.z", "write attn.z instead"]),
     ("x = model.layers[0].mlp.output.save()", "opt",
      ["opt family has no MLP module (its MLP layers sit in the block itself)"]),
@@ -109,6 +109,17 @@ def test_errors_say_what_the_family_lacks_or_what_was_meant(cell, family, words)
     for word in words:
         assert word in str(error.value)
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
+class NoAttentionFunction(GPT2LMHeadModel):
+    """GPT-2, registered as a family whose attention nbgrad cannot open."""
+
+
+def test_a_family_without_an_attention_function_has_no_q_and_says_so():
+    register(NoAttentionFunction, {k: v for k, v in FAMILIES["gpt2"].items() if k not in ("attention", "pattern")})
+    model = NoAttentionFunction(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=64, n_positions=16))
+    with pytest.raises(NbgradError, match=r"gpt2 family has no attn\.q \(its attention is computed its own way"):
+        nbgrad.trace(model, IDS, "x = model.layers[0].attn.q.save()", {"model": model}, no_grad=True)
 
 
 class Tiny(nn.Module):

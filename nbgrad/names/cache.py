@@ -22,7 +22,7 @@ def cached_names(facts, pattern: str = "*") -> list:
         for name in PER_LAYER:
             if name == "resid_mid" and (facts.parallel or not entry.get("resid_mid")):
                 continue
-            if name.split(".")[-1] in ("q", "k", "v", "pattern") and not entry.get("attention"):
+            if name.split(".")[-1] in ("q", "k", "v", "pattern") and not facts.attention_event(name.split(".")[-1]):
                 continue
             if name in ("attn_out", "mlp_out") and not entry.get(name.replace("out", "add")):
                 continue

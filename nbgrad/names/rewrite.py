@@ -89,8 +89,17 @@ def eager_attention(model: nn.Module):
         return
     print(f"nbgrad: attention patterns need eager attention; this cell runs {type(model).__name__} with "
          f"attn_implementation='eager' instead of {before!r}", file=sys.stderr)
-    model.set_attn_implementation("eager")
+    _set_implementation(model, "eager")
     try:
         yield
     finally:
-        model.set_attn_implementation(before)
+        _set_implementation(model, before)
+
+
+def _set_implementation(model: nn.Module, name: str) -> None:
+    """transformers' own switch; a family it will not switch (Falcon: its forward reads the config's flag at
+    each call) has the flag set on its config."""
+    if getattr(model, "_can_set_attn_implementation", lambda: True)():
+        model.set_attn_implementation(name)
+    else:
+        model.config._attn_implementation = name
