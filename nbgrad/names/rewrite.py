@@ -13,6 +13,7 @@ from torch import nn
 
 from .alias import Rewrite
 from .cache import CanonicalCache
+from .cachecell import COPY_OF, GRADS_OF, VIEW_GRADS_OF, is_canonical_cache
 from .detect import ModelFacts, family_of, registered, unknown_family
 from .vocabulary import ROOT_NAMES, Vocabulary
 
@@ -54,8 +55,11 @@ _CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _unknown(source: str, roots: tuple, model: nn.Module):
-    """A model of no known family: a canonical name that is not the model's own attribute is an error."""
+    """A model of no known family: a canonical name that is not the model's own attribute, or a canonical
+    cache, is an error."""
     for node in ast.walk(ast.parse(source)):
+        if is_canonical_cache(node):
+            raise unknown_family(model, node.lineno)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in roots \
                 and node.attr in ROOT_NAMES and not hasattr(model, node.attr):
             raise unknown_family(model, node.lineno)
@@ -64,18 +68,35 @@ def _unknown(source: str, roots: tuple, model: nn.Module):
 
 class _Unchanged:
     def __init__(self, source: str):
-        self.text, self.eager, self.caches = source, False, set()
+        self.text, self.eager, self.caches = source, False, {}
 
 
-def wrap_caches(rewrite, model, namespace: dict) -> None:
-    """After the run: each name bound to `cache(names="canonical")` holds a CanonicalCache."""
+def wrap_caches(rewrite, namespace: dict, result=None) -> None:
+    """After the run: each name bound to `cache(names="canonical")` holds a CanonicalCache (with `--over`, one
+    per example), its gradients (`grads=True`) in `.grads`."""
     if not rewrite.caches:
         return
     facts = rewrite.vocabulary.facts
     ln_final = facts.module(facts.root_path("ln_final"))
-    for name in rewrite.caches:
-        if isinstance(namespace.get(name), dict):
-            namespace[name] = CanonicalCache(namespace[name], facts.n_layers, ln_final)
+    for name, has_grads in rewrite.caches.items():
+        values, grads = namespace.get(name), namespace.pop(GRADS_OF + name, None) if has_grads else None
+        view_grads = namespace.pop(VIEW_GRADS_OF + name, None) or {}
+        if isinstance(grads, list):         # --over: one per example
+            views = view_grads if isinstance(view_grads, list) else [view_grads] * len(grads)
+            grads = [{**grad, **view} for grad, view in zip(grads, views, strict=True)]
+        elif isinstance(grads, dict):
+            grads = {**grads, **view_grads}
+        copy = namespace.pop(COPY_OF + name, None)
+        if isinstance(values, dict):
+            namespace[name] = CanonicalCache(values, facts.n_layers, ln_final, grads, copy)
+        elif isinstance(values, list) and all(isinstance(value, dict) for value in values):
+            grads = grads if isinstance(grads, list) else [None] * len(values)
+            namespace[name] = [CanonicalCache(value, facts.n_layers, ln_final, grad, copy)
+                               for value, grad in zip(values, grads, strict=True)]
+        saved = getattr(result, "saved", None)
+        if isinstance(saved, dict):        # the panel shows the cache's values, not the parts' of ours
+            for key in [key for key in saved if key.startswith((f"{GRADS_OF}{name}[", f"{VIEW_GRADS_OF}{name}["))]:
+                del saved[key]
 
 
 @contextlib.contextmanager
