@@ -207,11 +207,18 @@ def edit(model: nn.Module, source: str, namespace: dict | None = None, *, label:
     if not isinstance(model, nn.Module) or (namespace is not None and not isinstance(namespace, dict)):
         checks.trace_arguments(model, namespace)
     namespace = default_namespace(namespace, model)
-    program = compile_with_helpers(source, "trace", namespace)
+    rewrite = rewrite_of(source, model, namespace, edit=True)     # canonical names (nbgrad/names)
+    if rewrite.sites:
+        line, name = rewrite.sites[0]
+        raise NbgradError(f"canonical names: {name} is a value inside the attention's forward (a site), which an "
+                          "edit cannot hold; write it in each %%trace or %%generate cell that needs it", line)
+    program = compile_with_helpers(rewrite.text, "trace", namespace)
     check_edit(program)
     model = compiled_inner(model) or model
     remember(model)
-    return install(Edit(model, program, names_read(program, namespace), label))
+    installed = Edit(model, program, names_read(program, namespace), label)
+    installed.source = source          # as written (canonical names included), for its summary and listings
+    return install(installed)
 
 
 def save(value):

@@ -10,13 +10,14 @@ from ..errors import NbgradError
 from .cachecell import display, grads_statements, is_canonical_cache
 from .vocabulary import Canon, Vocabulary
 
+_VIEW = "nbgrad_view"      # in an edit body, the copy of a view that a write into part of it goes through
 _LOOP_WRAPPERS = {"reversed", "list", "tuple", "iter"}
 
 
 class Rewrite:
     """One cell's rewrite for one model: `text` is the rewritten cell, `eager` whether it reads patterns."""
 
-    def __init__(self, source: str, roots: tuple, vocabulary: Vocabulary):
+    def __init__(self, source: str, roots: tuple, vocabulary: Vocabulary, edit: bool = False):
         self.data = source.encode()
         starts, offset = [], 0
         for line in self.data.splitlines(keepends=True):
@@ -24,11 +25,12 @@ class Rewrite:
             offset += len(line)
         self.starts = starts + [offset]
         self.roots, self.vocabulary, self.blocks = set(roots), vocabulary, set()
-        self.eager = False
+        self.eager, self.sites = False, []       # sites: (line, name) of each value inside a forward (q, pattern)
         tree = ast.parse(source)
         self._find_block_names(tree)
         skip: set = set()
         edits, self.caches = grads_statements(self, tree)
+        edits += self._view_writes(tree, skip) if edit else []
         edits += self._statement_edits(tree, skip)
         edits += self._edits_in(tree, skip)
         self.text = self._spliced(0, len(self.data), edits).decode()
@@ -50,6 +52,8 @@ class Rewrite:
                 raise self.vocabulary.lacking(inner.lacks, "use its own modules", node.lineno)
             if found:
                 self.eager |= found.eager
+                if found.site and (node.lineno, node.attr) not in self.sites:
+                    self.sites.append((node.lineno, f"attn.{node.attr}"))
             return found or None
         return None
 
@@ -131,11 +135,35 @@ class Rewrite:
         start = self.offset(node.lineno, node.col_offset)
         return [(start, start, f"{canon.text} = {canon.text}.clone(); ")]
 
+    def _view_writes(self, tree: ast.AST, skip: set) -> list:
+        """In an edit body: a write into part of a view (`attn.z[:, :, 0] = 0`, `attn.z *= 2`) becomes a write of
+        its event, which an edit can hold (a read that feeds no write is refused there): the view is copied,
+        written, put back."""
+        edits = []
+        for node in ast.walk(tree):
+            target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else \
+                node.target if isinstance(node, ast.AugAssign) else None
+            inner = target
+            while isinstance(inner, ast.Subscript):
+                inner = inner.value
+            whole = inner is target and not isinstance(node, ast.AugAssign)     # `attn.z = v`: _statement_edits
+            canon = self.resolve(inner) if not whole and isinstance(inner, ast.Attribute) else None
+            if canon is None or not canon.view:
+                continue
+            skip.add(id(node))
+            index = self.data[self._span(inner)[1]:self._span(target)[1]].decode()
+            operator = self.data[self._span(target)[1]:self._span(node.value)[0]].decode().strip()
+            edits.append((*self._span(node), f"{_VIEW} = {canon.text}.clone(); {_VIEW}{index} {operator} "
+                                             f"{self.text_of(node.value)}; {canon.base} = {_VIEW}{canon.inverse}"))
+        return edits
+
     def _statement_edits(self, tree: ast.AST, skip: set) -> list:
         """Assignments to a view (`attn.z = v` writes `o_proj.input = v.flatten(-2)`) and in-place writes; the
         nodes they rewrite whole go into `skip`."""
         edits = []
         for node in ast.walk(tree):
+            if id(node) in skip:        # rewritten whole already (_view_writes)
+                continue
             edits += self._copy_before_edit(node) if isinstance(node, (ast.Assign, ast.AugAssign)) else []
             target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else \
                 node.target if isinstance(node, ast.AugAssign) else None

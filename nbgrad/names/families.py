@@ -5,14 +5,14 @@ from one block: `ln1`, `attn`, `ln2`, `mlp`; `resid_mid` is the module whose inp
 attention's residual add (None where attention and MLP read the same input: `parallel`, a bool or the config
 flag that says so); `attn_out` / `mlp_out` are the output projections (their inputs are `attn.z` and
 `mlp.post`); `attention` is the site of the attention function's call in the attention module's forward (its
-inputs are q, k, v after rotary; inside it, `pattern` is a site's output), None where the family computes
-attention its own way unless it says where: `attn_q`, `attn_k`, `attn_v`, `attn_pattern` are events from
-the attention module (`source.self__reshape_0.output[0]`) for families that compute attention in the module's
-own forward (GPT-Neo, BLOOM, Falcon), a `ByFlag` where a config flag picks the branch. `attn_add` / `mlp_add` are the modules whose outputs the block adds to the stream
-(`decompose_resid`); `resid_post` is the event of a block that holds the stream it returns, where the block
-returns a tuple (`output[0]`; `output` by default). Falcon has no `mlp_add`: its block adds attention into the
-MLP's output in place, so that output is not the MLP's own by the time anyone reads it. A missing key or None:
-the family has no such thing.
+inputs are q, k, v after rotary; inside it, `pattern` is a site's output). Families that compute attention
+in the attention module's own forward (GPT-Neo, BLOOM, Falcon) say instead where each is: `attn_q`, `attn_k`,
+`attn_v`, `attn_pattern` are events from the attention module (`source.self__reshape_0.output[0]`), a `ByFlag`
+where a config flag picks the forward's branch. `attn_add` / `mlp_add` are the modules whose outputs the block
+adds to the stream (`decompose_resid`); `resid_post` is the event of a block that holds the stream it
+returns, where the block returns a tuple (`output[0]`; `output` by default). Falcon has no `mlp_add`: its block
+adds attention into the MLP's output in place, so that output is not the MLP's own by the time anyone reads it.
+A missing key or None: the family has no such thing.
 """
 from __future__ import annotations
 

@@ -29,24 +29,24 @@ def canonical_source(source: str, model, namespace: dict | None) -> str:
     return rewrite_of(source, model, namespace).text
 
 
-def rewrite_of(source: str, model, namespace: dict | None):
+def rewrite_of(source: str, model, namespace: dict | None, edit: bool = False):
     """The cell's rewrite for `model`: `.text` (the cell in the model's own paths) and `.eager` (whether it reads
-    attention patterns, which need the eager attention function)."""
+    attention patterns, which need the eager attention function); `edit`: the body of an edit (`%%edit`)."""
     if not isinstance(model, nn.Module) or not mentions_canonical(source):
         return _Unchanged(source)
     roots = tuple(sorted(name for name, value in (namespace or {"model": model}).items() if value is model))
-    return _rewritten(source, roots, model) if roots else _Unchanged(source)
+    return _rewritten(source, roots, model, edit) if roots else _Unchanged(source)
 
 
-def _rewritten(source: str, roots: tuple, model: nn.Module):
+def _rewritten(source: str, roots: tuple, model: nn.Module, edit: bool):
     cells = _CACHE.setdefault(model, {})
-    key = (source, roots, registered[0])
+    key = (source, roots, registered[0], edit)
     if key not in cells:
         if len(cells) > 256:
             cells.clear()
         entry = family_of(model)
         cells[key] = _unknown(source, roots, model) if entry is None else \
-            Rewrite(source, roots, Vocabulary(ModelFacts(model, entry)))
+            Rewrite(source, roots, Vocabulary(ModelFacts(model, entry)), edit)
     return cells[key]
 
 
@@ -68,7 +68,7 @@ def _unknown(source: str, roots: tuple, model: nn.Module):
 
 class _Unchanged:
     def __init__(self, source: str):
-        self.text, self.eager, self.caches = source, False, {}
+        self.text, self.eager, self.caches, self.sites = source, False, {}, []
 
 
 def wrap_caches(rewrite, namespace: dict, result=None) -> None:

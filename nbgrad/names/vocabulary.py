@@ -29,6 +29,7 @@ class Canon:
     writable: bool = True
     in_place: bool = False        # assignment is a copy into the live value (q, k, v)
     eager: bool = False           # needs the eager attention function (pattern)
+    site: bool = False            # a value inside a module's forward (q, k, v, pattern)
     lacks: str = ""               # a module the family has not got (OPT's MLP): an error if used as a module
 
 
@@ -113,7 +114,7 @@ class Vocabulary:
         if event is None:
             raise self.lacking(f"attn.{attr}", "its attention is computed its own way, without an attention "
                                                "function nbgrad can open", line)
-        return value(f"{canon.text}.{event}", eager=attr == "pattern", in_place=attr != "pattern")
+        return value(f"{canon.text}.{event}", eager=attr == "pattern", in_place=attr != "pattern", site=True)
 
     def _mlp(self, canon: Canon, attr: str, line: int) -> Canon | None:
         if attr != "post":
