@@ -103,14 +103,27 @@ def wrap_caches(rewrite, namespace: dict, result=None) -> None:
 def eager_attention(model: nn.Module):
     """Run `model` with the eager attention function for the block (patterns exist only there), then give
     the model's own implementation back, whatever happens."""
-    config = getattr(model, "config", None)
-    before = getattr(config, "_attn_implementation", None)
-    if before in (None, "eager"):
+    before = implementation_of(model)
+    if before not in (None, "eager"):
+        print(f"nbgrad: attention patterns need eager attention; this cell runs {type(model).__name__} with "
+              f"attn_implementation='eager' instead of {before!r}", file=sys.stderr)
+    with attention_as(model, "eager"):
+        yield
+
+
+def implementation_of(model: nn.Module) -> str | None:
+    return getattr(getattr(model, "config", None), "_attn_implementation", None)
+
+
+@contextlib.contextmanager
+def attention_as(model: nn.Module, name: str | None):
+    """Run `model` with the attention implementation `name` (None: as it is), then give its own back, whatever
+    happens: a `--engine ray` worker runs each batch as the notebook's model runs the cell."""
+    before = implementation_of(model)
+    if name is None or before in (None, name):
         yield
         return
-    print(f"nbgrad: attention patterns need eager attention; this cell runs {type(model).__name__} with "
-         f"attn_implementation='eager' instead of {before!r}", file=sys.stderr)
-    _set_implementation(model, "eager")
+    _set_implementation(model, name)
     try:
         yield
     finally:
