@@ -151,3 +151,25 @@ def test_a_canonical_cache_on_an_unknown_family_is_refused_by_the_names():
         nbgrad.trace(model, torch.ones(1, 4), 'c = cache(names="canonical")', {"model": model})
     with pytest.raises(NbgradError, match=r"^canonical names: nbgrad does not know the family 'Unknown' .*register"):
         nbgrad.run_with_cache(model, torch.ones(1, 4), names="canonical")
+
+
+def test_the_over_magic_gives_a_canonical_cache_per_example_with_its_gradients(shell):
+    model = build("qwen2")
+    shell.user_ns.update(tiny_qwen=model, examples=[IDS, torch.tensor([[1, 2, 3, 4, 5, 6]])])
+    try:
+        result = shell.run_cell('%%trace tiny_qwen --over examples --batch-size 2\n'
+                                'cq = cache("layers.1.resid_*", names="canonical", grads=True)\n'
+                                "tiny_qwen.logits[0, -1].sum().backward()")
+        assert result.success, result.error_in_exec
+        caches = shell.user_ns["cq"]
+        assert [type(cache).__name__ for cache in caches] == ["CanonicalCache"] * 2
+        assert not [name for name in shell.user_ns if name.startswith("nbgrad_")]
+        seen = []
+        with torch.no_grad():
+            hooked_run(model, {"model.layers.1": lambda m, a, o: seen.append(o[0] if isinstance(o, tuple) else o)
+                               and None}, ids=shell.user_ns["examples"][1])
+        torch.testing.assert_close(caches[1]["layers.1.resid_post"].detach(), seen[0])
+        assert caches[1].grads["layers.1.resid_mid"].shape == (1, 6, 16)
+    finally:
+        for name in ("tiny_qwen", "examples", "cq"):
+            shell.user_ns.pop(name, None)
