@@ -228,3 +228,19 @@ def test_a_name_bound_to_a_block_and_enumerate_over_the_layers_take_canonical_na
     want = _block_output(model, IDS, "gpt_neox.layers.1")
     torch.testing.assert_close(namespace["h"], want)
     torch.testing.assert_close(namespace["outs"][0], want)
+
+
+def test_ray_batches_carry_the_attention_the_notebook_model_runs_the_cell_with(default_model):
+    """Without a cluster: what --engine ray sends each worker, and the switch a worker makes with it."""
+    from nbgrad.datasets.ray_engine import RayBatches
+    from nbgrad.names.rewrite import attention_as, eager_attention
+    source = "p = model.transformer.h[0].attn.source.attention_interface_1.source.nn_functional_softmax_0.output.save()"
+    with eager_attention(default_model):
+        assert RayBatches(default_model, source, {"model": default_model}, True, 2, None).attention == "eager"
+    assert RayBatches(default_model, source, {"model": default_model}, True, 2, None).attention == "sdpa"
+    worker_model = nbgrad.load_model()
+    with pytest.raises(ZeroDivisionError):
+        with attention_as(worker_model, "eager"):
+            assert worker_model.config._attn_implementation == "eager"
+            1 / 0
+    assert worker_model.config._attn_implementation == "sdpa"
