@@ -97,7 +97,7 @@ def _canonical_trace(model, input, source: str, namespace, **options) -> Result:
     rewrite = rewrite_of(source, model, namespace)
     with eager_attention(model) if rewrite.eager and not options["graph"] else contextlib.nullcontext():
         result = trace(model, input, rewrite.text, namespace, **options, _aliased=True)
-    wrap_caches(rewrite, model, namespace)
+    wrap_caches(rewrite, namespace, result)
     return result
 
 
@@ -146,11 +146,11 @@ def run_with_cache(model: nn.Module, input, modules="*", *, grads: bool = False,
     `cache(...)`). With `grads=True`, `loss(output)` is the scalar backpropagated; the Cache holds the
     gradient into each cached output, and parameters' `.grad` accumulate as in PyTorch. With
     `names="canonical"`, a `CanonicalCache` of every canonical value whose key matches `modules`."""
-    if names is not None:
-        return _canonical_run_with_cache(model, input, modules, names, grads=grads, device=device, dtype=dtype)
     if grads and not callable(loss):
         raise NbgradError("run_with_cache(..., grads=True) needs loss=: a function of the model's output that "
                           "returns the scalar to backpropagate (e.g. `lambda out: out.logits[0, -1].max()`)")
+    if names is not None:
+        return _canonical_run_with_cache(model, input, modules, names, grads, loss, device, dtype)
     namespace = {"model": model, "nbgrad_modules": modules, "nbgrad_grads": grads, "nbgrad_device": device,
                  "nbgrad_dtype": dtype, "nbgrad_loss": loss, "nbgrad_scalar": _scalar_loss}
     source = _CACHE_CELL + ("nbgrad_scalar(nbgrad_loss(nbgrad_output)).backward()\n" if grads else "")
@@ -161,13 +161,21 @@ def run_with_cache(model: nn.Module, input, modules="*", *, grads: bool = False,
     return namespace["nbgrad_output"], namespace["nbgrad_cache"]
 
 
-def _canonical_run_with_cache(model, input, pattern, names, **options) -> tuple:
-    if names != "canonical" or any(options.values()) or not isinstance(pattern, str):
+def _canonical_run_with_cache(model, input, pattern, names, grads, loss, device, dtype) -> tuple:
+    """`run_with_cache(..., names="canonical")`: one cell with `cache(pattern, names="canonical", ...)`."""
+    if names != "canonical" or not isinstance(pattern, str):
         raise NbgradError('run_with_cache(..., names="canonical") takes a pattern of canonical keys '
-                          '("layers.*.resid_post") and no grads, device or dtype; names= is "canonical" or None')
-    namespace = {"model": model, "nbgrad_cache": None}
-    trace(model, input, f"nbgrad_cache = cache({pattern!r}, names='canonical')\n"
-                        "nbgrad_output = model.output.save()", namespace)
+                          '("layers.*.resid_post"); names= is "canonical" or None')
+    namespace = {"model": model, "nbgrad_device": device, "nbgrad_dtype": dtype, "nbgrad_loss": loss,
+                 "nbgrad_scalar": _scalar_loss}
+    options = f", grads={bool(grads)}" + (", device=nbgrad_device" if device is not None else "") + \
+        (", dtype=nbgrad_dtype" if dtype is not None else "")
+    source = f"nbgrad_cache = cache({pattern!r}, names='canonical'{options})\nnbgrad_output = model.output.save()\n"
+    try:
+        trace(model, input, source + ("nbgrad_scalar(nbgrad_loss(nbgrad_output)).backward()\n" if grads else ""),
+              namespace)
+    except NbgradError as error:      # said of the call: the lines of the cell it runs are not the user's
+        raise _without_line(error) from error.__cause__
     return namespace["nbgrad_output"], namespace["nbgrad_cache"]
 
 
@@ -199,11 +207,19 @@ def edit(model: nn.Module, source: str, namespace: dict | None = None, *, label:
     if not isinstance(model, nn.Module) or (namespace is not None and not isinstance(namespace, dict)):
         checks.trace_arguments(model, namespace)
     namespace = default_namespace(namespace, model)
-    program = compile_with_helpers(source, edit_mode(source), namespace)
+    rewrite = rewrite_of(source, model, namespace, edit=True)     # canonical names (nbgrad/names)
+    if rewrite.sites:
+        line, name = rewrite.sites[0]
+        raise NbgradError(f"canonical names: {name} is a value inside the attention's forward (a site), which an "
+                          "edit does not take by its canonical name yet; write it in each %%trace or %%generate cell "
+                          "that needs it", line)
+    program = compile_with_helpers(rewrite.text, edit_mode(rewrite.text), namespace)
     check_edit(program)
     model = compiled_inner(model) or model
     remember(model)
-    return install(Edit(model, program, names_read(program, namespace), label))
+    installed = Edit(model, program, names_read(program, namespace), label)
+    installed.source = source          # as written (canonical names included), for its summary and listings
+    return install(installed)
 
 
 def save(value):

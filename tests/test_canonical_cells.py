@@ -3,6 +3,7 @@ cache(...)), and the errors a canonical name can meet: each checked against plai
 import pytest
 import torch
 from torch import nn
+from transformers import GPT2Config, GPT2LMHeadModel
 
 import nbgrad
 from nbgrad.errors import NbgradError
@@ -97,7 +98,6 @@ def test_cache_takes_canonical_modules():
     ("\nx = model.layers[0].resid_pots.save()", "gpt2", ["line 2", "layers[i].resid_pots is not a canonical name",
                                                         "nearest: resid_post, resid_pre"]),
     ("x = model.layers[0].attn.patern.save()", "llama", ["nearest: pattern"]),
-    ("x = model.layers[0].attn.q.save()", "bloom", ["bloom family has no attn.q", "its own way"]),
     ("model.layers[0].attn.head_out = 0", "gpt2", ["computed from attn.z", "write attn.z instead"]),
     ("x = model.layers[0].mlp.output.save()", "opt",
      ["opt family has no MLP module (its MLP layers sit in the block itself)"]),
@@ -109,6 +109,17 @@ def test_errors_say_what_the_family_lacks_or_what_was_meant(cell, family, words)
     for word in words:
         assert word in str(error.value)
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
+class NoAttentionFunction(GPT2LMHeadModel):
+    """GPT-2, registered as a family whose attention nbgrad cannot open."""
+
+
+def test_a_family_without_an_attention_function_has_no_q_and_says_so():
+    register(NoAttentionFunction, {k: v for k, v in FAMILIES["gpt2"].items() if k not in ("attention", "pattern")})
+    model = NoAttentionFunction(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=64, n_positions=16))
+    with pytest.raises(NbgradError, match=r"gpt2 family has no attn\.q \(its attention is computed its own way"):
+        nbgrad.trace(model, IDS, "x = model.layers[0].attn.q.save()", {"model": model}, no_grad=True)
 
 
 class Tiny(nn.Module):
@@ -217,3 +228,19 @@ def test_a_name_bound_to_a_block_and_enumerate_over_the_layers_take_canonical_na
     want = _block_output(model, IDS, "gpt_neox.layers.1")
     torch.testing.assert_close(namespace["h"], want)
     torch.testing.assert_close(namespace["outs"][0], want)
+
+
+def test_ray_batches_carry_the_attention_the_notebook_model_runs_the_cell_with(default_model):
+    """Without a cluster: what --engine ray sends each worker, and the switch a worker makes with it."""
+    from nbgrad.datasets.ray_engine import RayBatches
+    from nbgrad.names.rewrite import attention_as, eager_attention
+    source = "p = model.transformer.h[0].attn.source.attention_interface_1.source.nn_functional_softmax_0.output.save()"
+    with eager_attention(default_model):
+        assert RayBatches(default_model, source, {"model": default_model}, True, 2, None).attention == "eager"
+    assert RayBatches(default_model, source, {"model": default_model}, True, 2, None).attention == "sdpa"
+    worker_model = nbgrad.load_model()
+    with pytest.raises(ZeroDivisionError):
+        with attention_as(worker_model, "eager"):
+            assert worker_model.config._attn_implementation == "eager"
+            1 / 0
+    assert worker_model.config._attn_implementation == "sdpa"

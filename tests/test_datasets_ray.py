@@ -192,3 +192,17 @@ def test_a_kept_worker_that_died_while_idle_is_replaced_not_blamed(cluster, defa
     assert int(again["pid"][0]) != int(first["pid"][0])         # a fresh worker ran it
     for before, after in zip(first["last"], again["last"], strict=True):
         torch.testing.assert_close(after, before)
+
+
+def test_canonical_patterns_run_eagerly_on_the_workers_as_in_the_notebook(cluster, default_model):
+    model = default_model                  # SDPA attention: patterns need the eager function, here and there
+    body = "p = model.layers[1].attn.pattern[:, :, -1].save()\nh = model.layers[1].resid_mid[:, -1].save()"
+    local, on_ray = namespace_for(model), namespace_for(model)
+    nbgrad.trace(model, None, body, local, over=PROMPTS, batch_size=2)
+    nbgrad.trace(model, None, body, on_ray, over=PROMPTS, batch_size=2, engine="ray", workers=2)
+    assert model.config._attn_implementation == "sdpa"
+    for name in ("p", "h"):
+        assert len(on_ray[name]) == len(PROMPTS)
+        for here, there in zip(local[name], on_ray[name], strict=True):
+            torch.testing.assert_close(there, here, atol=1e-5, rtol=1e-4)
+    assert all(torch.allclose(p.sum(-1), torch.ones_like(p.sum(-1))) for p in on_ray["p"])

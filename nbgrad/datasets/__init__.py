@@ -9,7 +9,7 @@ from torch import nn
 
 from .. import api
 from ..names import rewrite_of
-from ..names.rewrite import eager_attention
+from ..names.rewrite import eager_attention, wrap_caches
 from .folder import verify
 from .run import trace_over
 
@@ -33,8 +33,11 @@ def trace(model, input, source: str, namespace: dict | None = None, *, over=None
         return api.trace(model, None, source, namespace, graph=True)
     rewrite = rewrite_of(source, model, namespace)        # canonical names: the model's own paths (nbgrad/names)
     with eager_attention(model) if rewrite.eager else contextlib.nullcontext():
-        return trace_over(model, rewrite.text, namespace, over, batch_size=batch_size, out=out, engine=engine,
-                          workers=workers, column=column, model_factory=model_factory, **options)
+        result = trace_over(model, rewrite.text, namespace, over, batch_size=batch_size, out=out, engine=engine,
+                            workers=workers, column=column, model_factory=model_factory, **options)
+    if namespace is not None:        # the --over magic comes here directly: its canonical caches are wrapped here
+        wrap_caches(rewrite, namespace, result)
+    return result
 
 
 api.dataset_runner[:] = [trace]

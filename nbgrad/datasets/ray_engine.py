@@ -20,6 +20,7 @@ from .cluster import connected
 from ..errors import NbgradError, at_cell_line
 from ..errors.naming import a_or_an
 from ..models import loading
+from ..names.rewrite import implementation_of
 
 IN_FLIGHT_PER_WORKER = 2
 
@@ -43,13 +44,15 @@ def _worker_class():
             self.model, self.tokenizer = model_to_trace(build(), note=False)
             self.modules = dict(self.model.named_modules())
 
-        def run(self, source, shipped, examples, start, no_grad, helpers):
+        def run(self, source, shipped, examples, start, no_grad, helpers, attention):
+            from ..names.rewrite import attention_as
             from .batch import run_batch
             namespace = {name: self.model if value == "__nbgrad_model__" else
                          self.modules[value.path] if isinstance(value, _ModulePath) else value
                          for name, value in shipped.items()}
-            per_example, plain = run_batch(self.model, self.tokenizer, source, namespace, examples, start, no_grad,
-                                           helpers)
+            with attention_as(self.model, attention):      # as the notebook's model runs the cell (patterns: eager)
+                per_example, plain = run_batch(self.model, self.tokenizer, source, namespace, examples, start,
+                                               no_grad, helpers)
             return per_example, plain, os.getpid()
 
         def ready(self):
@@ -68,6 +71,7 @@ class RayBatches:
         self.build, self.key = _builder(model, model_factory)
         self.shipped = shipped_names(source, namespace, model, helpers)      # errors here: nothing has run
         self.source, self.no_grad, self.workers, self.helpers = source, no_grad, workers, helpers
+        self.attention = implementation_of(model)         # the notebook's model's, for this cell
         self.actors: list = []
 
     def run(self, batches, store):
@@ -85,7 +89,8 @@ class RayBatches:
                     while not free:
                         yield from self._finish_first(pending, free, ray, kept)
                     actor = free.popleft()
-                    task = actor.run.remote(self.source, self.shipped, examples, start, self.no_grad, self.helpers)
+                    task = actor.run.remote(self.source, self.shipped, examples, start, self.no_grad, self.helpers,
+                                            self.attention)
                     pending.append((start, len(examples), task, actor))
                 while pending and pending[0][2] is None:
                     start, count, _, _ = pending.popleft()

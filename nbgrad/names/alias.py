@@ -7,16 +7,17 @@ from __future__ import annotations
 import ast
 
 from ..errors import NbgradError
-from .cache import cached_names
+from .cachecell import display, grads_statements, is_canonical_cache
 from .vocabulary import Canon, Vocabulary
 
+_VIEW = "nbgrad_view"      # in an edit body, the copy of a view that a write into part of it goes through
 _LOOP_WRAPPERS = {"reversed", "list", "tuple", "iter"}
 
 
 class Rewrite:
     """One cell's rewrite for one model: `text` is the rewritten cell, `eager` whether it reads patterns."""
 
-    def __init__(self, source: str, roots: tuple, vocabulary: Vocabulary):
+    def __init__(self, source: str, roots: tuple, vocabulary: Vocabulary, edit: bool = False):
         self.data = source.encode()
         starts, offset = [], 0
         for line in self.data.splitlines(keepends=True):
@@ -24,12 +25,13 @@ class Rewrite:
             offset += len(line)
         self.starts = starts + [offset]
         self.roots, self.vocabulary, self.blocks = set(roots), vocabulary, set()
-        self.eager = False
+        self.eager, self.sites = False, []       # sites: (line, name) of each value inside a forward (q, pattern)
         tree = ast.parse(source)
         self._find_block_names(tree)
-        self._find_caches(tree)
         skip: set = set()
-        edits = self._statement_edits(tree, skip)
+        edits, self.caches = grads_statements(self, tree)
+        edits += self._view_writes(tree, skip) if edit else []
+        edits += self._statement_edits(tree, skip)
         edits += self._edits_in(tree, skip)
         self.text = self._spliced(0, len(self.data), edits).decode()
 
@@ -50,6 +52,8 @@ class Rewrite:
                 raise self.vocabulary.lacking(inner.lacks, "use its own modules", node.lineno)
             if found:
                 self.eager |= found.eager
+                if found.site and (node.lineno, node.attr) not in self.sites:
+                    self.sites.append((node.lineno, f"attn.{node.attr}"))
             return found or None
         return None
 
@@ -80,11 +84,11 @@ class Rewrite:
             self.blocks.add(target.id)
 
     # -- the text ---------------------------------------------------------------------------------------------
-    def _offset(self, line: int, col: int) -> int:
+    def offset(self, line: int, col: int) -> int:
         return self.starts[line - 1] + col
 
     def _span(self, node: ast.AST) -> tuple[int, int]:
-        return self._offset(node.lineno, node.col_offset), self._offset(node.end_lineno, node.end_col_offset)
+        return self.offset(node.lineno, node.col_offset), self.offset(node.end_lineno, node.end_col_offset)
 
     def text_of(self, node: ast.AST) -> str:
         start, end = self._span(node)
@@ -105,8 +109,8 @@ class Rewrite:
             node = pending.pop()
             if id(node) in skip:
                 continue
-            if _is_canonical_cache(node):
-                edits.append((*self._span(node), self._cache_display(node)))
+            if is_canonical_cache(node):
+                edits.append((*self._span(node), display(self, node)))
                 continue
             canon = self.resolve(node) if isinstance(node, (ast.Attribute, ast.Subscript)) else None
             if canon is not None and canon.lacks:
@@ -116,25 +120,6 @@ class Rewrite:
                 continue
             pending.extend(ast.iter_child_nodes(node))
         return edits
-
-    # -- cache(names="canonical") ----------------------------------------------------------------------------
-    def _cache_display(self, call: ast.Call) -> str:
-        """The call as a dict of saved canonical reads (`{"layers.0.resid_pre": model.transformer.h[0].input
-        .save(), ...}`), on the call's own lines."""
-        pattern = call.args[0].value if call.args and isinstance(call.args[0], ast.Constant) else "*"
-        if not isinstance(pattern, str) or len(call.args) > 1 or any(k.arg != "names" for k in call.keywords):
-            raise NbgradError('cache(names="canonical") takes one pattern of canonical keys ("layers.*.resid_post") '
-                              "and no other option", call.lineno)
-        root = sorted(self.roots)[0]
-        reads = [f"{key!r}: {Rewrite(f'{root}.{expression}', (root,), self.vocabulary).text}.save()"
-                 for key, expression in cached_names(self.vocabulary.facts, pattern)]
-        self.eager |= any(".pattern" in key for key, _ in cached_names(self.vocabulary.facts, pattern))
-        return "{" + ", ".join(reads) + "}"
-
-    def _find_caches(self, tree: ast.AST) -> None:
-        self.caches = {node.targets[0].id for node in ast.walk(tree)
-                       if isinstance(node, ast.Assign) and _is_canonical_cache(node.value)
-                       and isinstance(node.targets[0], ast.Name)}
 
     # -- statements whose target is a view of an event ----------------------------------------------------------
     def _copy_before_edit(self, node: ast.stmt) -> list:
@@ -147,14 +132,38 @@ class Rewrite:
         canon = self.resolve(target) if isinstance(target, ast.Attribute) else None
         if canon is None or not canon.eager or target is (node.targets[0] if isinstance(node, ast.Assign) else None):
             return []
-        start = self._offset(node.lineno, node.col_offset)
+        start = self.offset(node.lineno, node.col_offset)
         return [(start, start, f"{canon.text} = {canon.text}.clone(); ")]
+
+    def _view_writes(self, tree: ast.AST, skip: set) -> list:
+        """In an edit body: a write into part of a view (`attn.z[:, :, 0] = 0`, `attn.z *= 2`) becomes a write of
+        its event, which an edit can hold (a read that feeds no write is refused there): the view is copied,
+        written, put back."""
+        edits = []
+        for node in ast.walk(tree):
+            target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else \
+                node.target if isinstance(node, ast.AugAssign) else None
+            inner = target
+            while isinstance(inner, ast.Subscript):
+                inner = inner.value
+            whole = inner is target and not isinstance(node, ast.AugAssign)     # `attn.z = v`: _statement_edits
+            canon = self.resolve(inner) if not whole and isinstance(inner, ast.Attribute) else None
+            if canon is None or not canon.view:
+                continue
+            skip.add(id(node))
+            index = self.data[self._span(inner)[1]:self._span(target)[1]].decode()
+            operator = self.data[self._span(target)[1]:self._span(node.value)[0]].decode().strip()
+            edits.append((*self._span(node), f"{_VIEW} = {canon.text}.clone(); {_VIEW}{index} {operator} "
+                                             f"{self.text_of(node.value)}; {canon.base} = {_VIEW}{canon.inverse}"))
+        return edits
 
     def _statement_edits(self, tree: ast.AST, skip: set) -> list:
         """Assignments to a view (`attn.z = v` writes `o_proj.input = v.flatten(-2)`) and in-place writes; the
         nodes they rewrite whole go into `skip`."""
         edits = []
         for node in ast.walk(tree):
+            if id(node) in skip:        # rewritten whole already (_view_writes)
+                continue
             edits += self._copy_before_edit(node) if isinstance(node, (ast.Assign, ast.AugAssign)) else []
             target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else \
                 node.target if isinstance(node, ast.AugAssign) else None
@@ -174,13 +183,3 @@ class Rewrite:
                 edits.append((start, self._span(node.value)[1], written))
         return edits
 
-
-def _is_canonical_cache(node: ast.AST) -> bool:
-    """`cache(..., names="canonical")` or `tracer.cache(..., names="canonical")`."""
-    if not isinstance(node, ast.Call):
-        return False
-    func = node.func
-    named = isinstance(func, ast.Name) and func.id == "cache" or \
-        isinstance(func, ast.Attribute) and func.attr == "cache"
-    return named and any(k.arg == "names" and isinstance(k.value, ast.Constant) and k.value.value == "canonical"
-                         for k in node.keywords)

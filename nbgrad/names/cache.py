@@ -22,7 +22,7 @@ def cached_names(facts, pattern: str = "*") -> list:
         for name in PER_LAYER:
             if name == "resid_mid" and (facts.parallel or not entry.get("resid_mid")):
                 continue
-            if name.split(".")[-1] in ("q", "k", "v", "pattern") and not entry.get("attention"):
+            if name.split(".")[-1] in ("q", "k", "v", "pattern") and not facts.attention_event(name.split(".")[-1]):
                 continue
             if name in ("attn_out", "mlp_out") and not entry.get(name.replace("out", "add")):
                 continue
@@ -32,11 +32,16 @@ def cached_names(facts, pattern: str = "*") -> list:
 
 
 class CanonicalCache(dict):
-    """A run's canonical values: `cache["layers.3.resid_post"]`."""
+    """A run's canonical values: `cache["layers.3.resid_post"]`; with `grads=True`, `cache.grads[key]` is the
+    gradient that flowed into that value in the cell's backward pass (every key but `attn.head_out`)."""
 
-    def __init__(self, values: dict, n_layers: int, ln_final=None):
-        super().__init__(values)
+    def __init__(self, values: dict, n_layers: int, ln_final=None, grads: dict | None = None,
+                 copy: dict | None = None):
+        """`copy`: the `device` / `dtype` each value and gradient is moved / cast to, as a detached copy."""
+        moved = (lambda value: value.detach().to(**copy)) if copy else (lambda value: value)
+        super().__init__({key: moved(value) for key, value in values.items()})
         self.n_layers, self.ln_final = n_layers, ln_final
+        self.grads = {key: moved(value) for key, value in (grads or {}).items()}
 
     def _need(self, key: str):
         if key not in self:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from torch import nn
 
 from ..errors import NbgradError
-from .families import FAMILIES
+from .families import FAMILIES, ByFlag
+
+_QKV = {"q": 1, "k": 2, "v": 3}      # their places among the attention function's arguments (after the module)
 
 # model classes registered by class (a custom model of one's own): class -> family entry
 _BY_CLASS: dict[type, dict] = {}
@@ -59,7 +61,7 @@ class ModelFacts:
         layers = self.module(self.root_path("layers")) if entry.get("layers") else None
         self.n_layers = len(layers) if layers is not None else 0
         block = layers[0] if self.n_layers else None
-        config = getattr(model, "config", None)
+        self.config = config = getattr(model, "config", None)
         self.parallel = _flag(entry.get("parallel", False), config)
         self.heads = getattr(config, "num_attention_heads", None)
         hidden = getattr(config, "hidden_size", None)
@@ -76,6 +78,20 @@ class ModelFacts:
         if self.prefix and path.startswith(self.prefix + "."):
             return path[len(self.prefix) + 1:]
         return path if not self.prefix else None
+
+    def attention_event(self, name: str) -> str | None:
+        """The event of `attn.q` / `k` / `v` / `pattern` from the attention module, or None where the family has
+        none: the table's own `attn_<name>`, else an input of the attention function's call (q, k, v) or its
+        softmax's output (pattern)."""
+        own = self.entry.get(f"attn_{name}")
+        if own is not None:
+            return (own.on if _flag(own.flag, self.config) else own.off) if isinstance(own, ByFlag) else own
+        site = self.entry.get("attention")
+        if site is None:
+            return None
+        if name == "pattern":
+            return f"source.{site}.source.{self.entry['pattern']}.output"
+        return f"source.{site}.inputs[0][{_QKV[name]}]"
 
     def module(self, path: str | None):
         return _submodule(self.model, path)

@@ -13,6 +13,7 @@ from torch import nn
 
 from .alias import Rewrite
 from .cache import CanonicalCache
+from .cachecell import COPY_OF, GRADS_OF, VIEW_GRADS_OF, is_canonical_cache
 from .detect import ModelFacts, family_of, registered, unknown_family
 from .vocabulary import ROOT_NAMES, Vocabulary
 
@@ -28,24 +29,24 @@ def canonical_source(source: str, model, namespace: dict | None) -> str:
     return rewrite_of(source, model, namespace).text
 
 
-def rewrite_of(source: str, model, namespace: dict | None):
+def rewrite_of(source: str, model, namespace: dict | None, edit: bool = False):
     """The cell's rewrite for `model`: `.text` (the cell in the model's own paths) and `.eager` (whether it reads
-    attention patterns, which need the eager attention function)."""
+    attention patterns, which need the eager attention function); `edit`: the body of an edit (`%%edit`)."""
     if not isinstance(model, nn.Module) or not mentions_canonical(source):
         return _Unchanged(source)
     roots = tuple(sorted(name for name, value in (namespace or {"model": model}).items() if value is model))
-    return _rewritten(source, roots, model) if roots else _Unchanged(source)
+    return _rewritten(source, roots, model, edit) if roots else _Unchanged(source)
 
 
-def _rewritten(source: str, roots: tuple, model: nn.Module):
+def _rewritten(source: str, roots: tuple, model: nn.Module, edit: bool):
     cells = _CACHE.setdefault(model, {})
-    key = (source, roots, registered[0])
+    key = (source, roots, registered[0], edit)
     if key not in cells:
         if len(cells) > 256:
             cells.clear()
         entry = family_of(model)
         cells[key] = _unknown(source, roots, model) if entry is None else \
-            Rewrite(source, roots, Vocabulary(ModelFacts(model, entry)))
+            Rewrite(source, roots, Vocabulary(ModelFacts(model, entry)), edit)
     return cells[key]
 
 
@@ -54,8 +55,11 @@ _CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _unknown(source: str, roots: tuple, model: nn.Module):
-    """A model of no known family: a canonical name that is not the model's own attribute is an error."""
+    """A model of no known family: a canonical name that is not the model's own attribute, or a canonical
+    cache, is an error."""
     for node in ast.walk(ast.parse(source)):
+        if is_canonical_cache(node):
+            raise unknown_family(model, node.lineno)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in roots \
                 and node.attr in ROOT_NAMES and not hasattr(model, node.attr):
             raise unknown_family(model, node.lineno)
@@ -64,33 +68,72 @@ def _unknown(source: str, roots: tuple, model: nn.Module):
 
 class _Unchanged:
     def __init__(self, source: str):
-        self.text, self.eager, self.caches = source, False, set()
+        self.text, self.eager, self.caches, self.sites = source, False, {}, []
 
 
-def wrap_caches(rewrite, model, namespace: dict) -> None:
-    """After the run: each name bound to `cache(names="canonical")` holds a CanonicalCache."""
+def wrap_caches(rewrite, namespace: dict, result=None) -> None:
+    """After the run: each name bound to `cache(names="canonical")` holds a CanonicalCache (with `--over`, one
+    per example), its gradients (`grads=True`) in `.grads`."""
     if not rewrite.caches:
         return
     facts = rewrite.vocabulary.facts
     ln_final = facts.module(facts.root_path("ln_final"))
-    for name in rewrite.caches:
-        if isinstance(namespace.get(name), dict):
-            namespace[name] = CanonicalCache(namespace[name], facts.n_layers, ln_final)
+    for name, has_grads in rewrite.caches.items():
+        values, grads = namespace.get(name), namespace.pop(GRADS_OF + name, None) if has_grads else None
+        view_grads = namespace.pop(VIEW_GRADS_OF + name, None) or {}
+        if isinstance(grads, list):         # --over: one per example
+            views = view_grads if isinstance(view_grads, list) else [view_grads] * len(grads)
+            grads = [{**grad, **view} for grad, view in zip(grads, views, strict=True)]
+        elif isinstance(grads, dict):
+            grads = {**grads, **view_grads}
+        copy = namespace.pop(COPY_OF + name, None)
+        if isinstance(values, dict):
+            namespace[name] = CanonicalCache(values, facts.n_layers, ln_final, grads, copy)
+        elif isinstance(values, list) and all(isinstance(value, dict) for value in values):
+            grads = grads if isinstance(grads, list) else [None] * len(values)
+            namespace[name] = [CanonicalCache(value, facts.n_layers, ln_final, grad, copy)
+                               for value, grad in zip(values, grads, strict=True)]
+        saved = getattr(result, "saved", None)
+        if isinstance(saved, dict):        # the panel shows the cache's values, not the parts' of ours
+            for key in [key for key in saved if key.startswith((f"{GRADS_OF}{name}[", f"{VIEW_GRADS_OF}{name}["))]:
+                del saved[key]
 
 
 @contextlib.contextmanager
 def eager_attention(model: nn.Module):
     """Run `model` with the eager attention function for the block (patterns exist only there), then give
     the model's own implementation back, whatever happens."""
-    config = getattr(model, "config", None)
-    before = getattr(config, "_attn_implementation", None)
-    if before in (None, "eager"):
+    before = implementation_of(model)
+    if before not in (None, "eager"):
+        print(f"nbgrad: attention patterns need eager attention; this cell runs {type(model).__name__} with "
+              f"attn_implementation='eager' instead of {before!r}", file=sys.stderr)
+    with attention_as(model, "eager"):
+        yield
+
+
+def implementation_of(model: nn.Module) -> str | None:
+    return getattr(getattr(model, "config", None), "_attn_implementation", None)
+
+
+@contextlib.contextmanager
+def attention_as(model: nn.Module, name: str | None):
+    """Run `model` with the attention implementation `name` (None: as it is), then give its own back, whatever
+    happens: a `--engine ray` worker runs each batch as the notebook's model runs the cell."""
+    before = implementation_of(model)
+    if name is None or before in (None, name):
         yield
         return
-    print(f"nbgrad: attention patterns need eager attention; this cell runs {type(model).__name__} with "
-         f"attn_implementation='eager' instead of {before!r}", file=sys.stderr)
-    model.set_attn_implementation("eager")
+    _set_implementation(model, name)
     try:
         yield
     finally:
-        model.set_attn_implementation(before)
+        _set_implementation(model, before)
+
+
+def _set_implementation(model: nn.Module, name: str) -> None:
+    """transformers' own switch; a family it will not switch (Falcon: its forward reads the config's flag at
+    each call) has the flag set on its config."""
+    if getattr(model, "_can_set_attn_implementation", lambda: True)():
+        model.set_attn_implementation(name)
+    else:
+        model.config._attn_implementation = name

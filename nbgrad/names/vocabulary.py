@@ -13,7 +13,6 @@ BLOCK_NAMES = ("ln1", "attn", "ln2", "mlp", "resid_pre", "resid_mid", "resid_pos
 ATTN_NAMES = ("q", "k", "v", "pattern", "z", "head_out")
 MLP_NAMES = ("post",)
 EVENT_WORDS = {"output", "input", "inputs", "grad", "source", "skip", "save"}
-_QKV = {"q": 1, "k": 2, "v": 3}
 
 
 @dataclass
@@ -30,6 +29,7 @@ class Canon:
     writable: bool = True
     in_place: bool = False        # assignment is a copy into the live value (q, k, v)
     eager: bool = False           # needs the eager attention function (pattern)
+    site: bool = False            # a value inside a module's forward (q, k, v, pattern)
     lacks: str = ""               # a module the family has not got (OPT's MLP): an error if used as a module
 
 
@@ -110,13 +110,11 @@ class Vocabulary:
             weight = f"{block}.{self.entry['attn_out']}.weight" + ("" if self.facts.out_is_conv1d else ".T")
             return Canon(f"({z}{split}.unsqueeze(-2) @ {weight}.reshape({heads}, {dim}, -1)).squeeze(-2)", "value",
                          writable=False)
-        site = self.entry.get("attention")
-        if site is None:
+        event = self.facts.attention_event(attr)
+        if event is None:
             raise self.lacking(f"attn.{attr}", "its attention is computed its own way, without an attention "
                                                "function nbgrad can open", line)
-        if attr == "pattern":
-            return value(f"{canon.text}.source.{site}.source.{self.entry['pattern']}.output", eager=True)
-        return value(f"{canon.text}.source.{site}.inputs[0][{_QKV[attr]}]", in_place=True)
+        return value(f"{canon.text}.{event}", eager=attr == "pattern", in_place=attr != "pattern", site=True)
 
     def _mlp(self, canon: Canon, attr: str, line: int) -> Canon | None:
         if attr != "post":
