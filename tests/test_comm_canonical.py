@@ -72,7 +72,8 @@ def test_every_name_the_tree_offers_is_the_module_it_stands_beside(family):
 
 def test_what_a_family_lacks_is_not_offered():
     bloom = by_path(tree_of(build("bloom")))
-    assert bloom["model.transformer.h[0].self_attention"]["values"] == ["z", "head_out"]   # no attention function
+    assert bloom["model.transformer.h[0].self_attention"]["values"] == ["q", "k", "v", "pattern", "z", "head_out"]
+    assert "resid_mid" not in by_path(tree_of(build("gpt_neox")))["model.gpt_neox.layers[0]"]["values"]  # parallel
     assert "canonical" not in bloom.get("model.transformer.word_embeddings_layernorm", {})
     llama = tree_of(build("llama"))
     assert not any(node.get("canonical") == "model.pos_embed" for node in nodes(llama))

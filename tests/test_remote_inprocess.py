@@ -5,7 +5,9 @@ import pytest
 import torch
 
 import nbgrad
-from inprocess import in_process_handle
+from inprocess import InProcess, in_process_handle
+from nbgrad.remote.actor import ModelHolder
+from nbgrad.remote.handle import RemoteModel
 
 ray = pytest.importorskip("ray")
 PROMPT = "The Eiffel Tower is in the city of"
