@@ -164,10 +164,8 @@ class DirectRun(Scheduler, OneSave, DirectEvents, HookLoops):
         release(self, self.thread_runtimes if self.thread_runtimes is not None else _local.runtimes)
         self.values.clear()
         gradients = self.gradients
-        if gradients is not None:        # no cycle left (run <-> its GradientEvents): both go by reference counting
-            for store in (gradients.grads, gradients.sources, gradients.hooked, gradients.taken_over):
-                store.clear()
-            gradients.runtime = gradients.scheduler = None
+        if gradients is not None:
+            gradients.close()
         self._exited = True
         self.handlers = None             # they are the run's bound methods: no cycle left, as the Runtime's
 

@@ -35,31 +35,30 @@ class OneSave:
         self.unstarted.clear()                          # the statement starts, and waits for its event
         self.timeline.append((0, None, BEFORE_MODEL))
         self.requested.add(0)
-        logged = self.logged = {}
-        self.hooks.forward_hook(key, module, partial(self._kept, key))
+        kept: dict = {}                                 # the value of the module's first call, once it has run
+        self.hooks.forward_hook(key, module, partial(self._kept, kept, key))
         self.model_running, self.phase = True, FORWARD
         try:
             try:
                 self.model(*call_args, **call_kwargs)
             except Exception:
-                if logged:      # the statement had its value inside the hook: it is saved before the error goes on
-                    self._saved_one(one, logged[key])
+                if kept:        # the statement had its value inside the hook: it is saved before the error goes on
+                    self._saved_one(one, kept[key])
                 raise
         except RuntimeError as error:
             hints.note_float_ids(error, call_args, call_kwargs)
             raise
-        if logged:
-            self._saved_one(one, logged[key])
+        if kept:
+            self._saved_one(one, kept[key])
         self.model_running, self.done, self.phase = False, True, AFTER_FORWARD
-        if not logged:          # still waiting when the cell ends: the event never came
+        if not kept:            # still waiting when the cell ends: the event never came
             raise never_ran(self.uses[0], module, self.model, late=False)
         return True
 
-    def _kept(self, key, module, args, value) -> None:
+    def _kept(self, kept: dict, key, module, args, value) -> None:
         """The module's output hook: the first value for the read, the last for the sidebar's shape."""
-        logged = self.logged
-        if key not in logged:
-            logged[key] = value
+        if key not in kept:
+            kept[key] = value
         self.values[key] = value
 
     def _saved_one(self, one: tuple, value) -> None:

@@ -204,9 +204,7 @@ class Runtime:
         for store in (self.forward.values, self.forward.sinks, self.forward.early_sinks, self.recorders):
             store.clear()
         if gradients is not None:
-            for store in (gradients.grads, gradients.sources, gradients.hooked, gradients.taken_over):
-                store.clear()
-            gradients.runtime = gradients.scheduler = None
+            gradients.close()
         if self.rows is not None:
             self.rows.clear()
         self._exited = True
