@@ -35,31 +35,29 @@ Cache.panel = CachePanel      # a Cache shown on its own draws its panel (the en
 _MISSING = object()
 
 
-# The common cell runs as a DirectRun (engine/run/direct.py); tests set this to False to run it through the
-# general runtime instead and compare the two
-DIRECT_RUN = True
-
 # `nbgrad.trace(..., over=DATASET)`: nbgrad.datasets, which sits on top of this module, puts its runner here
 dataset_runner: list = []
+# `trace`'s options that a run checks only when one differs: batch_size, out, engine, workers, column, model_factory, runner
+_DEFAULTS = (8, None, "local", None, None, None, "fast")
 
 
 def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *, no_grad: bool = False,
           tokenizer=None, graph: bool = False, quiet: bool = True, over=None, batch_size: int = 8, out=None,
           engine: str = "local", workers: int | None = None, column: str | None = None,
-          model_factory=None, progress: bool = True, _aliased: bool = False) -> Result:
-    """Run `source` (the body of a `%%trace` cell) on `model` called with `input` (None when the source holds
-    `with invoke(INPUT):` blocks); with `over=DATASET`, once per example (`nbgrad.datasets`). The common cell runs
-    in few Python calls (microseconds each, cold: bench/overhead.py): what only some cells need, they ask for."""
+          model_factory=None, progress: bool = True, runner: str = "fast", _aliased: bool = False) -> Result:
+    """Run `source` (a `%%trace` body) on `model` called with `input` (None for a cell of invokes); with `over=DATASET`,
+    once per example. `runner="general"` runs each statement as the general kind (the default, "fast", takes the kinds
+    the compiler picks: docs/architecture.md). The common cell makes few Python calls: bench/overhead.py."""
     if not isinstance(model, nn.Module) and hasattr(model, "nbgrad_trace"):    # a model elsewhere: every option to it
         return model.nbgrad_trace(input, source, namespace, **call_options(locals()))
     if TRACER in source:        # pasted nnsight code: `tracer.cache(...)` and the like (engine/compile/pasted.py)
         source = rewritten(source, namespace)
     if not _aliased and mentions_canonical(source):      # canonical names (nbgrad/names): the model's own paths
         return _canonical_trace(model, input, source, namespace, **_options(locals()))
+    if (batch_size, out, engine, workers, column, model_factory, runner) != _DEFAULTS:
+        checks.run_options(**_options(locals()))     # a runner known; options of --over only on a run over a dataset
     if over is not None:
         return dataset_runner[0](model, input, source, namespace, **_options(locals()))
-    if (batch_size, out, engine, workers, column, model_factory) != (8, None, "local", None, None, None):
-        checks.dataset_options_alone(**_options(locals()))      # options of --over on a cell that runs once
     if not isinstance(model, nn.Module) or (namespace is not None and not isinstance(namespace, dict)):
         checks.trace_arguments(model, namespace)
     try:
@@ -78,7 +76,7 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
     else:
         model, args, kwargs, values, rows = _prepared(program, model, input, tokenizer, namespace)
         ids = input_ids_of(args, kwargs)
-    run = DirectRun(program, namespace, model, no_grad) if program.direct and DIRECT_RUN else \
+    run = DirectRun(program, namespace, model, no_grad) if program.direct and runner == "fast" else \
         Runtime(program, namespace, model=model, no_grad=no_grad, rows=rows)
     result = run.run_trace(args, kwargs)
     result.input_ids, result.invokes = ids, values
@@ -87,7 +85,8 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
 
 def _options(arguments: dict) -> dict:
     return {name: value for name, value in arguments.items()
-            if name not in ("model", "input", "source", "namespace", "_aliased")}
+            if name not in ("model", "input", "source", "namespace", "_aliased")
+            and (name != "runner" or value != "fast")}
 
 
 def _canonical_trace(model, input, source: str, namespace, **options) -> Result:
@@ -115,8 +114,11 @@ def _prepared(program, model, input, tokenizer, namespace: dict) -> tuple:
 
 def backward(loss: torch.Tensor, source: str = "", namespace: dict | None = None, *, grad_output=None,
              retain_graph: bool = False, create_graph: bool = False, graph: bool = False,
-             quiet: bool = True) -> Result:
-    """A standalone backward pass of `loss`; `source` reads and edits `.grad` like a `%%backward` body."""
+             quiet: bool = True, runner: str = "fast") -> Result:
+    """A standalone backward pass of `loss`; `source` reads and edits `.grad` like a `%%backward` body. Its
+    statements are of the general kinds whatever `runner` says (see `trace`)."""
+    if runner != "fast":
+        checks.runner_argument(runner)
     program = compile_cell(source, "backward")
     if graph:
         return Result(saved={}, graph=program.graph)

@@ -14,7 +14,6 @@ from hypothesis import given
 from torch import nn
 
 import nbgrad
-from nbgrad import api
 from nbgrad.engine.compile.compiler import compile_cell
 from nbgrad.engine.run.cellstate import _unsaved, unsaved_names
 from nbgrad.engine.run.direct import DirectRun
@@ -166,6 +165,24 @@ def test_cells_that_need_the_runtimes_parts_do_not(cell):
     assert not compile_cell(GENERAL_CELLS[cell]).direct
 
 
+UNKNOWN_RUNNER = r"runner='quick': a run's runner is \"fast\" \(the default: .*\) or \"general\""
+
+
+@pytest.mark.parametrize("call", ["trace", "backward", "over"])
+def test_a_runner_not_known_is_refused_and_so_is_one_for_a_dataset(call):
+    namespace = {"model": MODEL}
+    if call == "backward":
+        with pytest.raises(nbgrad.NbgradError, match=UNKNOWN_RUNNER):
+            nbgrad.backward(MODEL(IDS).logits.sum(), "", namespace, runner="quick")
+    elif call == "trace":
+        with pytest.raises(nbgrad.NbgradError, match=UNKNOWN_RUNNER):
+            nbgrad.trace(MODEL, IDS, DIRECT_CELLS["one read"], namespace, runner="quick")
+    else:
+        with pytest.raises(nbgrad.NbgradError, match="runner='general' is for one run of a cell: a run over a data"):
+            nbgrad.trace(MODEL, None, DIRECT_CELLS["one read"], namespace, runner="general", over=["Hello"])
+    assert hook_count(MODEL) == 0 and set(namespace) == {"model"}
+
+
 def test_a_direct_cell_runs_as_a_direct_run(monkeypatch):
     seen = []
     original = DirectRun.run_trace
@@ -190,18 +207,16 @@ def _same(one, other) -> bool:
 
 def outcome(text: str, direct: bool, capfd, model=MODEL, ids=IDS, **options) -> dict:
     """What one run of the cell leaves: the result or the error, the names, what was printed."""
-    api.DIRECT_RUN = direct
     namespace = {"model": model, "torch": torch, "nbgrad": nbgrad, "holder": Holder(), "IDS": ids}
     grad_mode = torch.is_grad_enabled()
     model.zero_grad(set_to_none=True)     # each run's parameter gradients its own
     _unsaved.pop(id(namespace), None)     # names an earlier, freed namespace with the same id left there
     capfd.readouterr()
     try:
-        result, error = nbgrad.trace(model, ids, text, namespace, **options), None
+        runner = "fast" if direct else "general"
+        result, error = nbgrad.trace(model, ids, text, namespace, runner=runner, **options), None
     except Exception as raised:
         result, error = None, raised
-    finally:
-        api.DIRECT_RUN = True
     printed = capfd.readouterr()
     graph = result.graph if result is not None else getattr(error, "nbgrad_graph", None)
     return {
@@ -292,8 +307,8 @@ def test_a_model_with_a_backward_hook_of_its_own_keeps_a_hook_on_its_output(capf
     assert found["saved"]["g"].shape == (3, 4) and during == [1, 1]
 
 
-@pytest.mark.parametrize("direct", [False, True], ids=["general runtime", "direct run"])
-def test_a_gradient_the_cell_took_the_place_of_lives_until_the_result_is_made(direct, monkeypatch):
+@pytest.mark.parametrize("runner", ["general", "fast"], ids=["general runtime", "direct run"])
+def test_a_gradient_the_cell_took_the_place_of_lives_until_the_result_is_made(runner, monkeypatch):
     """Result.grad_pairs finds saved gradients by id. A gradient that an edit of the cell replaced with its copy must
     outlive the pairing, or a tensor made later (a saved copy of another gradient) may take its id and pass for it:
     a fuzzed cell once had a copy of one block's gradient paired with another block's output."""
@@ -304,10 +319,9 @@ def test_a_gradient_the_cell_took_the_place_of_lives_until_the_result_is_made(di
     for kind in (DirectRun, Runtime):
         monkeypatch.setattr(kind, "_result", lambda self, result=kind._result: (
             alive.append([ref() is not None for ref in came]), result(self))[1])
-    monkeypatch.setattr(api, "DIRECT_RUN", direct)
     cell = ("a = model.transformer.h[2].output\nb = model.transformer.h[0].output\n"
             "with model.lm_head.output.sum().backward():\n    a.grad[:, 0] = 0\n    gb = b.grad.clone().save()")
-    result = nbgrad.trace(MODEL, IDS, cell, {"model": MODEL})
+    result = nbgrad.trace(MODEL, IDS, cell, {"model": MODEL}, runner=runner)
     MODEL.zero_grad(set_to_none=True)
     assert alive == [[True, True]] and result.grad_pairs == {}
 
@@ -368,16 +382,14 @@ class _Printed:
         return printed
 
 
-def test_saved_names_are_those_at_the_end_of_the_cell_when_read_later(monkeypatch):
+def test_saved_names_are_those_at_the_end_of_the_cell_when_read_later():
     """A direct run names its saved values when `Result.saved` is first read: the names are still those the cell
     left, whatever the namespace binds after it, and a list that held an unsaved value (unbound after the cell)
     names its saved elements, as the runtime's eager naming does."""
     cell = ("hs = model.transformer.h[0].output.save()\n"
             "outs = [b.output.save() for b in model.transformer.h]\n"
             "both = [model.transformer.h[1].output.clone().save(), model.transformer.h[1].output * 2]")
-    monkeypatch.setattr(api, "DIRECT_RUN", False)
-    general = nbgrad.trace(MODEL, IDS, cell, {"model": MODEL}).saved
-    monkeypatch.setattr(api, "DIRECT_RUN", True)
+    general = nbgrad.trace(MODEL, IDS, cell, {"model": MODEL}, runner="general").saved
     namespace = {"model": MODEL}
     result = nbgrad.trace(MODEL, IDS, cell, namespace)
     kept = {"hs": namespace["hs"], "outs": list(namespace["outs"])}
@@ -390,16 +402,14 @@ def test_saved_names_are_those_at_the_end_of_the_cell_when_read_later(monkeypatc
     assert type(vars(later)["_saved"]) is not dict and list(later.saved) == ["outs[0]", "outs[1]", "outs[2]"]
 
 
-def test_gradient_pairs_are_those_at_the_end_of_the_cell_when_read_later(monkeypatch):
+def test_gradient_pairs_are_those_at_the_end_of_the_cell_when_read_later():
     """A direct run pairs saved gradients with their tensors when `Result.grad_pairs` is first read, from the names
     bound as the cell ended: the tensor's name is unbound by then (it was not saved), and a tensor bound to two names
     goes by the first in alphabetical order, as the runtime's eager pairing has it."""
     cell = ("zb = model.transformer.h[1].output\nab = zb\nsaved_out = model.transformer.h[0].output.save()\n"
             "with model.lm_head.output.sum().backward():\n    g = zb.grad.save()\n    g0 = saved_out.grad.save()")
-    monkeypatch.setattr(api, "DIRECT_RUN", False)
-    general = nbgrad.trace(MODEL, IDS, cell, {"model": MODEL}).grad_pairs
+    general = nbgrad.trace(MODEL, IDS, cell, {"model": MODEL}, runner="general").grad_pairs
     MODEL.zero_grad(set_to_none=True)
-    monkeypatch.setattr(api, "DIRECT_RUN", True)
     namespace = {"model": MODEL}
     result = nbgrad.trace(MODEL, IDS, cell, namespace)
     MODEL.zero_grad(set_to_none=True)

@@ -20,27 +20,26 @@ FAILING = {
 }
 
 
-@pytest.fixture(params=[True, False], ids=["direct run", "general runtime"])
-def direct(request, monkeypatch):
-    monkeypatch.setattr(nbgrad.api, "DIRECT_RUN", request.param)
+@pytest.fixture(params=["fast", "general"], ids=["direct run", "general runtime"])
+def runner(request):
     return request.param
 
 
 @pytest.mark.parametrize("kind", sorted(FAILING))
-def test_a_failed_cell_binds_no_name(default_model, direct, kind):
+def test_a_failed_cell_binds_no_name(default_model, runner, kind):
     error, cell = FAILING[kind]
     before = model_state(default_model)
     namespace = {"model": default_model, "torch": torch, "a": "a before", "y": "y before"}
     with pytest.raises(error):
-        nbgrad.trace(default_model, "Hello there", cell, namespace)
+        nbgrad.trace(default_model, "Hello there", cell, namespace, runner=runner)
     namespace.pop("__builtins__", None)     # put there as `exec` puts it, by any run
     assert namespace == {"model": default_model, "torch": torch, "a": "a before", "y": "y before"}
     assert_clean(default_model, before)
-    nbgrad.trace(default_model, "Hello there", READ, namespace)         # the next cell works and binds
+    nbgrad.trace(default_model, "Hello there", READ, namespace, runner=runner)         # the next cell works and binds
     assert namespace["x"] == 1 and namespace["a"].shape[:1] == (1,)
 
 
-def test_an_interrupt_inside_the_model_binds_no_name(default_model, direct):
+def test_an_interrupt_inside_the_model_binds_no_name(default_model, runner):
     before = model_state(default_model)
 
     def interrupt(*_):
@@ -49,7 +48,7 @@ def test_an_interrupt_inside_the_model_binds_no_name(default_model, direct):
     namespace = {"model": default_model}
     try:
         with pytest.raises(KeyboardInterrupt):
-            nbgrad.trace(default_model, "Hello there", READ, namespace)
+            nbgrad.trace(default_model, "Hello there", READ, namespace, runner=runner)
     finally:
         handle.remove()
     namespace.pop("__builtins__", None)

@@ -139,14 +139,13 @@ class Skipping(nn.Module):
         return x
 
 
-def both_ways(monkeypatch, model, cell) -> list:
+def both_ways(model, cell) -> list:
     """(namespace, Result or the nbgrad error raised) of the cell run as a HookLoop, then as the statement."""
     outcomes = []
-    for direct in (True, False):
-        monkeypatch.setattr(nbgrad.api, "DIRECT_RUN", direct)
+    for runner in ("fast", "general"):
         namespace = {"model": model}
         try:
-            outcome = nbgrad.trace(model, torch.ones(1, 4), cell, namespace)
+            outcome = nbgrad.trace(model, torch.ones(1, 4), cell, namespace, runner=runner)
         except nbgrad.NbgradError as error:
             outcome = error
         outcomes.append((namespace, outcome))
@@ -154,17 +153,17 @@ def both_ways(monkeypatch, model, cell) -> list:
     return outcomes
 
 
-def test_a_block_the_model_never_calls_is_said_as_the_statement_says_it(monkeypatch):
-    (_, hook_loop), (_, statement) = both_ways(monkeypatch, Skipping([0, 1]),
+def test_a_block_the_model_never_calls_is_said_as_the_statement_says_it():
+    (_, hook_loop), (_, statement) = both_ways(Skipping([0, 1]),
                                                "for layer in model.layers:\n    layer.output[:] *= 2\n")
     assert isinstance(hook_loop, nbgrad.OrderError) and str(hook_loop) == str(statement)
     assert "line 2" in str(hook_loop) and "model.layers[2]" in str(hook_loop).replace("layer.output", "")
 
 
-def test_a_list_of_blocks_called_out_of_order_is_in_the_lists_order(monkeypatch):
+def test_a_list_of_blocks_called_out_of_order_is_in_the_lists_order():
     """Reads may come in any order: a block that runs before its turn is read when the list gets to it."""
     model = Skipping([2, 0, 1])
-    outcomes = both_ways(monkeypatch, model, "outs = [layer.output.save() for layer in model.layers]\n")
+    outcomes = both_ways(model, "outs = [layer.output.save() for layer in model.layers]\n")
     x = torch.ones(1, 4)
     plain = {}
     for index in model.order:
@@ -175,8 +174,8 @@ def test_a_list_of_blocks_called_out_of_order_is_in_the_lists_order(monkeypatch)
             torch.testing.assert_close(namespace["outs"][index], plain[index])
 
 
-def test_blocks_called_out_of_order_get_the_statements_message(monkeypatch):
-    (_, hook_loop), (_, statement) = both_ways(monkeypatch, Skipping([1, 0, 2]),
+def test_blocks_called_out_of_order_get_the_statements_message():
+    (_, hook_loop), (_, statement) = both_ways(Skipping([1, 0, 2]),
                                                "for layer in model.layers:\n    layer.output[:] *= 2\n")
     assert isinstance(hook_loop, nbgrad.OrderError) and str(hook_loop) == str(statement)
     assert "a loop that edits must visit the modules in the order the model calls them" in str(hook_loop)

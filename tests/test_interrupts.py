@@ -7,13 +7,13 @@ the next cell's values equal plain PyTorch.
 `make test` tries each line of nbgrad's set-up and clean-up functions (its first run in the cell) and
 every `STRIDE`-th other line event, with the cell compiled once; `NBGRAD_INTERRUPT_FULL=1` tries every k, compile included (minutes per case).
 """
+import functools
 import os
 
 import pytest
 import torch
 
 import nbgrad
-from nbgrad import api
 from nbgrad.engine.compile import compiler
 from nbgrad.engine.run import runtime
 from nbgrad.engine.run.runtime import active_runtime
@@ -134,11 +134,11 @@ def next_cell_problems(model, run) -> list:
     return []
 
 
-def api_runner(model):
+def api_runner(model, runner="fast"):
     def run(cell):
         namespace = {"model": model, "torch": torch}
         run.namespace = namespace
-        nbgrad.trace(model, IDS, cell, namespace, quiet=True)
+        nbgrad.trace(model, IDS, cell, namespace, quiet=True, runner=runner)
         model.zero_grad(set_to_none=True)
         return namespace
     run.namespace = {}
@@ -232,10 +232,9 @@ def test_interrupt_at_every_line_through_the_api(cell):
 
 
 @pytest.mark.parametrize("cell", DIRECT)
-def test_interrupt_at_every_line_of_the_general_runtime_too(cell, monkeypatch):
+def test_interrupt_at_every_line_of_the_general_runtime_too(cell):
     """The cells that run directly, swept through the general runtime as well: it still runs every other cell."""
-    monkeypatch.setattr(api, "DIRECT_RUN", False)
-    failures = sweep(api_runner, CELLS[cell])
+    failures = sweep(functools.partial(api_runner, runner="general"), CELLS[cell])
     assert not failures, report(failures)
 
 

@@ -18,6 +18,28 @@ def trace_arguments(model, namespace) -> None:
         _check_namespace(namespace)
 
 
+RUNNERS = ("fast", "general")
+
+
+def runner_argument(runner, over=None) -> None:
+    """`runner=` names the statement kinds a run may use: "fast" (the compiler's choice) or "general"."""
+    if runner not in RUNNERS:
+        raise ArgumentError(f"runner={runner!r}: a run's runner is \"fast\" (the default: the statement kinds the "
+                            f"compiler picks) or \"general\" (every statement resumed at its events)")
+    if over is not None:
+        raise ArgumentError(f"runner={runner!r} is for one run of a cell: a run over a dataset (over=) takes the "
+                            f"default runner")
+
+
+def run_options(over=None, runner: str = "fast", **given) -> None:
+    """`trace`'s options that are not the defaults: a runner it knows, and what only a run over a dataset takes on
+    one only."""
+    if runner != "fast":
+        runner_argument(runner, over)
+    if over is None:
+        dataset_options_alone(**given)
+
+
 # What only a run over a dataset takes (--over / over=): keyword, option, what it is for
 DATASET_OPTIONS = (("batch_size", "--batch-size", "how many examples run at a time"),
                    ("column", "--column", "the dataset's column of INPUTs"),

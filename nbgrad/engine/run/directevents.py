@@ -1,5 +1,5 @@
-"""A direct run's events (direct.py): what ForwardEvents and the scheduler's delivery do for a runtime, for a cell
-that reads and replaces module outputs only. A mixin of DirectRun, whose attributes it uses."""
+"""A direct run's events (direct.py): what ForwardEvents does for a runtime, for a cell that reads and replaces
+module outputs only; the core (scheduler.py) delivers them. A part of DirectRun, whose attributes it uses."""
 from __future__ import annotations
 
 from functools import partial
@@ -9,21 +9,15 @@ from torch.nn.modules import module as torch_module
 
 from ...errors import OrderError, diagnose, hints
 from ..compile.program import Read, Write
-from .forward import HOOKABLE, PATH_ERRORS
-from .hookloops import Step
+from .forward import HOOKABLE, PATH_ERRORS, never_ran
 from .hookset import DictHandle
 from .elements import element, find, hold
 from .moduletree import compiled_inner
-from .skips import skipped_around
+from .scheduler import Scheduler
 from .targets import target_elements
 
 
 RETURNED = DictHandle({}.pop, None, None)      # the handle of an event answered without a hook: nothing to remove
-
-
-def node_index(pair) -> int:
-    """The index of the statement of a parked (task, request)."""
-    return pair[0].index
 
 
 class DirectEvents:
@@ -36,47 +30,29 @@ class DirectEvents:
             return None         # a call the cell makes itself (a logit lens): not the model's own event
         values = self.values
         values[key] = value
-        waiting = self.parked.pop(key, None)
+        waiting = self.parked.get(key)
         if waiting is None:
             return None
         task, request = waiting[0]
-        if len(waiting) > 1 or type(request) is not Read or self.program.row_zero:
-            self._deliver(key, waiting, key)
-        else:                   # one read waits, the common case: _deliver and _read, written out
-            outer, self.cause, self.live = self.cause, request.use, key
-            try:
-                task.cause, task.module = request.use, None
-                self.timeline.append((task.index, request.use, self.phase))
-                if type(value) is not Tensor:
-                    self._note_type(request.use, self.uses[request.use], value)
-                (task.loop.advance if type(task) is Step else self._advance)(task, value)
-            finally:
-                self.cause, self.live = outer, None
+        outer_live, self.live = self.live, key       # the module event whose value a statement may replace meanwhile
+        try:
+            if len(waiting) > 1 or type(request) is not Read or self.program.row_zero:
+                Scheduler.deliver(self, key)
+            else:                # one read waits, the common case: the core's delivery and `_read`, written out
+                del self.parked[key]
+                outer, self.cause = self.cause, request.use
+                try:
+                    task.cause, task.module = request.use, None
+                    self.timeline.append((task.index, request.use, self.phase))
+                    if type(value) is not Tensor:
+                        self._note_type(request.use, self.uses[request.use], value)
+                    (self._advance if task.loop is None else task.loop.advance)(task, value)
+                finally:
+                    self.cause = outer
+        finally:
+            self.live = outer_live
         new = values[key]
         return new if new is not value else None
-
-    def _deliver(self, key, waiting: list, live) -> None:
-        """Answer every task parked on `key`, in source order (Scheduler.deliver), with `live` the module event
-        whose value a statement may replace meanwhile."""
-        outer, outer_live, self.cause, self.live = self.cause, self.live, waiting[0][1].use, live
-        try:
-            if len(waiting) > 1:
-                waiting.sort(key=node_index)
-            for task, request in waiting:
-                task.cause = self.cause
-                self.timeline.append((task.index, request.use, self.phase))
-                advance = task.loop.advance if type(task) is Step else self._advance     # a HookLoop's block, or not
-                try:
-                    kind = type(request)
-                    answered, value = (self._read(task, request) if kind is Read else self._write(task, request)
-                                       if kind is Write else self._gradient_request(task, request))
-                except Exception as raised:
-                    advance(task, None, raised)
-                    continue
-                if answered:
-                    advance(task, value)
-        finally:
-            self.cause, self.live = outer, outer_live
 
     def _module(self, task, request):
         """The module a request names: the one the task was parked on, when it is being woken."""
@@ -233,13 +209,8 @@ class DirectEvents:
 
     def _never_came(self) -> Exception:
         """The error for the earliest statement still waiting when the cell ends (Runtime._check_finished)."""
-        task, request = min((pair for waiting in self.parked.values() for pair in waiting), key=node_index)
+        task, request = self.first_wait()
         if type(request) is not Read and type(request) is not Write:
             return self.gradients.never_came(request)
-        use, module = self.uses[request.use], task.module
-        skipped = skipped_around(module)
-        if skipped is not None:
-            return OrderError(f"{use.target}.{use.kind} never came: {type(skipped).__name__} was skipped "
-                              f"(`.skip(...)`), so nothing inside it ran", use.line)
-        late = self.late_hooks is not None and (id(module), "output") in self.late_hooks
-        return OrderError(diagnose.never_ran(use, module, self.model, after_forward=False, late=late), use.line)
+        late = self.late_hooks is not None and (id(task.module), "output") in self.late_hooks
+        return never_ran(self.uses[request.use], task.module, self.model, late)

@@ -1,13 +1,13 @@
 """The cell that is one read, saved: `NAME = PATH.output.save()` alone (Program.one_save), the most common cell there
-is, answered by its hook with no statement run. A mixin of DirectRun (direct.py), whose attributes it uses.
+is, answered by its hook with no statement run. A part of DirectRun (direct.py), whose attributes it uses.
 
 A direct run would start the statement's generator, park it on the event, log the event in the forward, replay the
 log and resume the statement to save: some fifteen Python calls, run cold between two forward passes, for what a raw
 hook does in one. Here the run finds the module as the statement would, by `_modules` (elements.py) and never by
 running the path's code, hooks it, and once the model has run does what the resumed statement would have done: binds
-NAME to the value of the module's first call and saves it. What a failure, a hint or the graph reads of the run (its
-timeline, values, the parked read of an event that never came) is left as the statement would have left it, and a
-differential test holds the two equal. A path not found that way (a class with ways of its own, a compiled module,
+NAME to the value of the module's first call and saves it, or says that the event never came. Its timeline rows (the
+statement started, woken by its one event) and values are what the statement would have left, and a differential test
+holds the two equal. A path not found that way (a class with ways of its own, a compiled module,
 the model itself, a name not bound) goes the direct run's general way, from the start: nothing has happened yet."""
 from __future__ import annotations
 
@@ -16,15 +16,9 @@ from functools import partial
 from torch import Tensor
 
 from ...errors import hints
-from ..compile.program import Read
 from .elements import walk
-from .forward import HOOKABLE
+from .forward import HOOKABLE, never_ran
 from .scheduler import AFTER_FORWARD, BEFORE_MODEL, FORWARD
-
-
-class Task:
-    """A started statement (the scheduler's Task, with its node's index at hand)."""
-    __slots__ = ("index", "gen", "cause", "module", "grad_mode")
 
 
 class OneSave:
@@ -41,33 +35,30 @@ class OneSave:
         self.unstarted.clear()                          # the statement starts, and waits for its event
         self.timeline.append((0, None, BEFORE_MODEL))
         self.requested.add(0)
-        logged = self.logged = {}
-        self.hooks.forward_hook(key, module, partial(self._kept, key))
+        kept: dict = {}                                 # the value of the module's first call, once it has run
+        self.hooks.forward_hook(key, module, partial(self._kept, kept, key))
         self.model_running, self.phase = True, FORWARD
         try:
             try:
                 self.model(*call_args, **call_kwargs)
             except Exception:
-                if logged:      # the statement had its value inside the hook: it is saved before the error goes on
-                    self._saved_one(one, logged[key])
+                if kept:        # the statement had its value inside the hook: it is saved before the error goes on
+                    self._saved_one(one, kept[key])
                 raise
         except RuntimeError as error:
             hints.note_float_ids(error, call_args, call_kwargs)
             raise
-        if logged:
-            self._saved_one(one, logged[key])
-        else:                   # still waiting when the cell ends: the error says which event never came
-            task = Task()
-            task.index, task.cause, task.module, task.grad_mode = 0, None, module, None
-            self.parked[key] = [(task, Read(None, 0))]
+        if kept:
+            self._saved_one(one, kept[key])
         self.model_running, self.done, self.phase = False, True, AFTER_FORWARD
+        if not kept:            # still waiting when the cell ends: the event never came
+            raise never_ran(self.uses[0], module, self.model, late=False)
         return True
 
-    def _kept(self, key, module, args, value) -> None:
+    def _kept(self, kept: dict, key, module, args, value) -> None:
         """The module's output hook: the first value for the read, the last for the sidebar's shape."""
-        logged = self.logged
-        if key not in logged:
-            logged[key] = value
+        if key not in kept:
+            kept[key] = value
         self.values[key] = value
 
     def _saved_one(self, one: tuple, value) -> None:

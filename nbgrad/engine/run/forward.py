@@ -20,6 +20,16 @@ HOOKABLE = (nn.Module, Site, SkipGate)   # what has events: a module, a site ins
 PATH_ERRORS = (SiteError, NoSourceError, AttributeError, IndexError, KeyError, TypeError)
 
 
+def never_ran(use, module, model, late: bool) -> OrderError:
+    """The error for a read of a module's event that never came, with the model's forward over (`late`: its hook was
+    first asked for while the model ran)."""
+    skipped = skipped_around(module)
+    if skipped is not None:
+        return OrderError(f"{use.target}.{use.kind} never came: {type(skipped).__name__} was skipped "
+                          f"(`.skip(...)`), so nothing inside it ran", use.line)
+    return OrderError(diagnose.never_ran(use, module, model, after_forward=False, late=late), use.line)
+
+
 class ForwardEvents:
     """Answers Read and Write requests. An event key is `(id(module), kind)`."""
 
@@ -156,20 +166,14 @@ class ForwardEvents:
                                          self.runtime.stopped_at, self.runtime.rows is not None)
         if isinstance(module, Site) and module.table.reached(module) is False:
             return OrderError(diagnose.site_not_reached(use, f"{module.table.label}.{module.name}"), use.line)
-        late = (id(module), use.kind) in self.late_hooks
-        skipped = skipped_around(module)
-        if skipped is not None:
-            return OrderError(f"{use.target}.{use.kind} never came: {type(skipped).__name__} was skipped "
-                              f"(`.skip(...)`), so nothing inside it ran", use.line)
-        return OrderError(diagnose.never_ran(use, module, self.runtime.model, after_forward=False, late=late),
-                          use.line)
+        return never_ran(use, module, self.runtime.model, (id(module), use.kind) in self.late_hooks)
 
     # --- hooks ----------------------------------------------------------------------------------
 
     def hook_targets(self, targets: list, namespace: dict) -> None:
         """Hook, before the model runs, every event whose module can be found already, except a plain path
         whose every use a statement already waits on (its module is hooked)."""
-        done = self.runtime.scheduler.done
+        done = self.runtime.scheduler.finished
         for target in targets:
             if target.uses and target.uses <= self.requested or target.needs and not target.needs <= done:
                 continue

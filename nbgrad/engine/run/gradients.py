@@ -178,6 +178,13 @@ class GradientEvents:
             raise GradError(diagnose.grad_never_computed(use, request.tensor, self.passes[pass_index], late),
                             use.line)
 
+    def close(self) -> None:
+        """Let go of every gradient and of the run: no cycle left (run <-> its GradientEvents), so that both go by
+        reference counting."""
+        for store in (self.grads, self.sources, self.hooked, self.taken_over):
+            store.clear()
+        self.runtime = self.scheduler = None
+
     def never_came(self, request) -> GradError:
         """The error for a statement still waiting on a gradient when the cell ends."""
         use = self.uses[request.use]

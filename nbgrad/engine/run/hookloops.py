@@ -1,9 +1,10 @@
-"""A direct run's loops that only edit or save each block's output (compile/hookloops.py): the body called from each
-block's event, as a raw hook would run it, instead of the statement resumed there. A mixin of DirectRun, whose attributes
-it uses.
+"""The statement kind "loop of on-event functions": a loop that only edits or saves each block's output
+(compile/hookloops.py), its body called from each block's event as a raw hook would run it, instead of the statement
+resumed there. The core starts it (Scheduler.start_ready, with `hook_loops`); a part of DirectRun, whose attributes it
+uses.
 
-Each block gets a Step, parked on the block's event with the loop's own request, as the statement would have parked
-on it: the event reaches it through the same delivery (a statement earlier in the source that waits for the same
+Each block gets a Task with `loop` set, parked on the block's event with the loop's own request, as the statement
+would have parked on it: the core's delivery reaches it (a statement earlier in the source that waits for the same
 block still goes first), a block that never runs is said by the same message, and a failure is the statement's, at
 its line. The loop ends, as the statement would, when its last block's edit is done."""
 from __future__ import annotations
@@ -13,24 +14,11 @@ import types
 from ...errors import OrderError, diagnose
 from ..compile.program import Read
 from .elements import hold
-
-_CLOSED = (None for _ in ())      # what a Step gives `_exit` to close: its statement never runs as a generator
-
-
-class Step:
-    """One block of a loop (direct._Task's fields, for what reads a task, and the loop's)."""
-    __slots__ = ("index", "gen", "cause", "module", "grad_mode", "loop", "position", "item")
-
-
-class _Started:
-    """What stands for a loop in the run's started tasks until its last block is done: no reference to the loop,
-    so that nothing of a run makes a cycle once its parked Steps are let go (a cycle through the loop's bound
-    `advance` would hold the whole run until a collector pass)."""
-    __slots__ = ("index", "gen")
+from .scheduler import Task
 
 
 class _Loop:
-    """What a loop's Steps share: its variable, body and use, how many blocks it has and which it takes next; for a
+    """What a loop's blocks share: its variable, body and use, how many blocks it has and which it takes next; for a
     list, the name it is bound to, its elements so far and the blocks that came before their turn."""
     __slots__ = ("name", "body", "use", "size", "next", "first", "result", "values", "early", "advance")
 
@@ -40,7 +28,7 @@ class HookLoops:
     __slots__ = ()
 
     def _start_loop(self, node) -> bool:
-        """Park a Step on every block of the loop's PATH, before the model runs; False where the run cannot (PATH
+        """Park a Task on every block of the loop's PATH, before the model runs; False where the run cannot (PATH
         no plain ModuleList now, `range` or `len` not the builtins, a block twice): the statement runs as written."""
         loop, ns = node.loop, self.ns
         if self.model_running or self.done:
@@ -52,31 +40,32 @@ class HookLoops:
         distinct = set(map(id, blocks))
         if not blocks or len(distinct) != len(blocks) or id(self.model) in distinct:
             return False
-        self.unstarted.remove(node)
         state = _Loop()
         state.name, state.body, state.use = loop.name, types.FunctionType(loop.body, ns), loop.use
         state.size, state.next, state.result, state.values, state.early = len(blocks), 0, loop.result, [], {}
-        state.advance = self._step if loop.result is None else self._collect     # what a Step's event calls
+        state.advance = self._step if loop.result is None else self._collect     # what a block's event calls
         request, index, cause = Read(None, loop.use, None), node.spec.index, self.cause
         parked, hooks = self.parked, self.hooks
         for position, block in enumerate(blocks):
-            step = Step()
-            step.index, step.gen, step.cause, step.module, step.grad_mode = index, _CLOSED, cause, block, None
+            step = Task()
+            step.node, step.index, step.gen, step.cause, step.module = node, index, None, cause, block
+            step.grad_mode = None
             step.loop, step.position, step.item = state, position, position if loop.by_index else block
             key = (id(block), "output")
             if key not in hooks:
                 self._hook(block, key)
             parked.setdefault(key, []).append((step, request))
-        state.first = _Started()
-        state.first.index, state.first.gen = index, _CLOSED
-        self.tasks.append(state.first)           # until the last block's edit: `_exit` closes what is still started
+        # What stands for the loop among the started tasks until its last block is done: no generator, and no
+        # reference to the loop, so that nothing of a run makes a cycle once its parked blocks are let go
+        state.first = first = Task()
+        first.node, first.index, first.gen, first.loop = node, index, None, None
+        self.tasks.append(first)
         self.requested.add(loop.use)
         self.covered = self.covered | {loop.path}      # its blocks are hooked: `_hook_targets` passes PATH over
-        self.timeline.append((node.spec.index, None, self.phase))
         return True
 
-    def _step(self, step: Step, value, error: Exception | None = None) -> None:
-        """A block of an edit loop returned `value`: the loop's body edits it (DirectRun._advance, for a Step)."""
+    def _step(self, step: Task, value, error: Exception | None = None) -> None:
+        """A block of an edit loop returned `value`: the loop's body edits it (the core's `_advance`, for a block)."""
         loop = step.loop
         self.in_statement += 1
         try:
@@ -96,7 +85,7 @@ class HookLoops:
         if loop.next == loop.size:
             self._loop_done(loop)
 
-    def _collect(self, step: Step, value, error: Exception | None = None) -> None:
+    def _collect(self, step: Task, value, error: Exception | None = None) -> None:
         """A block of a list of saved outputs returned `value`: its element, saved, in the list's order. A block that
         comes before its turn waits for it, as the statement's read would find its value kept."""
         loop = step.loop
@@ -127,4 +116,4 @@ class HookLoops:
         self.finished.add(loop.first.index)
         self.tasks.remove(loop.first)
         if self.unstarted:
-            self._start_ready()
+            self.start_ready()

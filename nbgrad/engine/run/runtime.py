@@ -174,16 +174,7 @@ class Runtime:
                 self._exit()         # idempotent
 
     def _for_the_cell(self, error: BaseException) -> BaseException:
-        if self.state is not None:
-            self.state.unbind()
-        error = located(error, self.program.uses, self.program.filename)
-        error = hints.failed_after_replacement(error, self.forward.last_replacement)
-        hints.add_hints(error, self.forward)
-        try:
-            error.nbgrad_graph = self.graph()      # what ran, and which statement failed
-        except AttributeError:
-            pass
-        return for_the_cell(error)
+        return failed_cell(self, error)
 
     def _enter(self) -> None:
         model = self.model
@@ -213,9 +204,7 @@ class Runtime:
         for store in (self.forward.values, self.forward.sinks, self.forward.early_sinks, self.recorders):
             store.clear()
         if gradients is not None:
-            for store in (gradients.grads, gradients.sources, gradients.hooked, gradients.taken_over):
-                store.clear()
-            gradients.runtime = gradients.scheduler = None
+            gradients.close()
         if self.rows is not None:
             self.rows.clear()
         self._exited = True
@@ -260,6 +249,22 @@ class Runtime:
                       grad_pairs=grad_pairs(saved, sources, bound, self.ns) if sources else None,
                       saved_invokes={name: invoke_of[id(v)] for name, v in saved.items() if id(v) in invoke_of}
                       if invoke_of else None)
+
+
+def failed_cell(run, error: BaseException) -> BaseException:
+    """The error of a run (a Runtime or a DirectRun) as the cell shows it: the names the cell bound given back, the
+    error at its line, with hints and the graph of what ran and which statement failed."""
+    if run.state is not None:
+        run.state.unbind()
+    program, forward, core = run.program, run.forward, run.scheduler
+    error = located(error, program.uses, program.filename)
+    error = hints.failed_after_replacement(error, forward.last_replacement)
+    hints.add_hints(error, forward)
+    try:
+        error.nbgrad_graph = run_graph(program, core.timeline, core.failed)
+    except AttributeError:
+        pass
+    return for_the_cell(error)
 
 
 def run_graph(program: Program, timeline: list, failed) -> HookGraph:

@@ -1,5 +1,8 @@
-"""Which statement runs when: start every node whose dependencies are done, resume each one with the
-answer to its request, park it on the event it waits for and wake it when that event fires."""
+"""The run core: which statement runs when. It starts every node whose dependencies are done, resumes each one
+with the answer to its request (the one trampoline, `_advance`), parks it on the event it waits for, wakes it when
+that event fires, writes the timeline, says the first wait and a too-late write, and closes. Every run is this core:
+a Runtime holds one, a DirectRun is one (direct.py); what differs is the statement kinds the compiler gave the cell
+(docs/architecture.md) and the handlers that answer its requests."""
 from __future__ import annotations
 
 import types
@@ -22,24 +25,34 @@ BEFORE_MODEL, FORWARD, AFTER_FORWARD = "before the model runs", "forward", "afte
 
 
 class Task:
-    """A started node: its generator, the use id of the event that woke it last, and the module whose event
-    it is parked on (so that the answer need not find the module again), and the grad mode its code set for
-    itself before it paused (`with torch.no_grad():` around a read), else None. Made with no arguments and
-    filled in by `start_ready`, so that making one runs no Python code."""
-    __slots__ = ("node", "gen", "cause", "module", "grad_mode")
+    """A started statement, of any kind: its node and the node's index; its generator (None for a loop of on-event
+    functions, whose blocks are Tasks with `loop` set: the loop, the block's position and the loop variable's value);
+    the use id of the event that woke it last; the module whose event it is parked on (so that the answer need not
+    find the module again); the grad mode its code set for itself before it paused (`with torch.no_grad():` around a
+    read), else None. Made with no arguments and filled in where it starts, so that making one runs no Python code."""
+    __slots__ = ("node", "index", "gen", "cause", "module", "grad_mode", "loop", "position", "item")
+
+
+def task_index(pair) -> int:
+    """The index of the statement of a parked (task, request)."""
+    return pair[0].index
 
 
 class Scheduler:
     """`handlers` maps a request type to `handler(task, request) -> (answered, value)`: answered False
-    means the handler parked the task (see `park`)."""
+    means the handler parked the task (see `park`). `hook_loops`: a node with a loop of on-event functions
+    (Node.loop) starts as one (`_start_loop`, hookloops.py) where the run can."""
+    __slots__ = ("program", "ns", "pass_state", "handlers", "unstarted", "finished", "tasks", "parked", "cause",
+                 "in_statement", "current", "timeline", "phase", "forward_over", "failed")
+    hook_loops = False
 
-    def __init__(self, program, namespace: dict, pass_state: list):
+    def __init__(self, program, namespace: dict, pass_state=()):
         self.program = program
-        self.namespace = namespace
+        self.ns = namespace
         self.pass_state = pass_state     # per backward pass: "pending" | "running" | "done"
         self.handlers: dict = {}
         self.unstarted = list(program.nodes)
-        self.done: set = set()           # indices of finished nodes
+        self.finished: set = set()       # indices of finished nodes
         self.tasks: list = []            # started, not finished
         self.parked: dict = {}           # event key -> [(task, request)]
         self.cause = None                # use id of the event being delivered now
@@ -61,15 +74,18 @@ class Scheduler:
             for node in self.unstarted:
                 spec = node.spec
                 pass_begun = spec.block is None or self.pass_state[spec.block] != "pending"
-                if pass_begun and self.done.issuperset(spec.deps) and (spec.after is None or self._cache_whole(spec)):
+                if pass_begun and self.finished.issuperset(spec.deps) and (spec.after is None
+                                                                           or self._cache_whole(spec)):
                     self.unstarted.remove(node)
-                    task = Task()
-                    task.node, task.cause, task.module, task.grad_mode = node, self.cause, None, None
-                    task.gen = types.FunctionType(node.code, self.namespace)()
-                    self.tasks.append(task)
-                    self.timeline.append((node.spec.index, None, self.phase))
-                    self._advance(task, None)
+                    self.timeline.append((spec.index, None, self.phase))
                     progressed = True
+                    if node.loop is not None and self.hook_loops and self._start_loop(node):
+                        break
+                    task = Task()
+                    task.node, task.index, task.cause, task.module = node, spec.index, self.cause, None
+                    task.grad_mode, task.loop, task.gen = None, None, types.FunctionType(node.code, self.ns)()
+                    self.tasks.append(task)
+                    self._advance(task, None)
                     break
 
     def _cache_whole(self, spec) -> bool:
@@ -96,7 +112,7 @@ class Scheduler:
             except StopIteration:
                 request = None      # finish outside the handler, so later errors chain to nothing
             except BaseException:
-                self.failed = task.node.spec.index if self.failed is None else self.failed
+                self.failed = task.index if self.failed is None else self.failed
                 raise
             finally:
                 self.in_statement -= 1
@@ -104,7 +120,7 @@ class Scheduler:
             if own is not None or (request is not None and is_grad_enabled() is not entry):
                 self._hand_back_grad_mode(task, entry)
             if request is None:
-                self.done.add(task.node.spec.index)
+                self.finished.add(task.index)
                 self.tasks.remove(task)
                 if self.unstarted:
                     self.start_ready()
@@ -151,24 +167,26 @@ class Scheduler:
         return False, None
 
     def deliver(self, key) -> None:
-        """The event `key` exists now: answer every task parked on it, in source order."""
+        """The event `key` exists now: answer every task parked on it, in source order (a loop's block goes to its
+        loop's on-event function, every other task to the trampoline)."""
         waiting = self.parked.pop(key, None)
         if not waiting:
             return
         outer, self.cause = self.cause, waiting[0][1].use
         try:
             if len(waiting) > 1:
-                waiting.sort(key=lambda pair: pair[0].node.spec.index)
+                waiting.sort(key=task_index)
             for task, request in waiting:
                 task.cause = self.cause
-                self.timeline.append((task.node.spec.index, request.use, self.phase))
+                self.timeline.append((task.index, request.use, self.phase))
+                advance = self._advance if task.loop is None else task.loop.advance
                 try:
                     answered, value = self.handlers[type(request)](task, request)
                 except Exception as raised:
-                    self._advance(task, None, raised)
+                    advance(task, None, raised)
                     continue
                 if answered:
-                    self._advance(task, value)
+                    advance(task, value)
         finally:
             self.cause = outer
 
@@ -179,11 +197,13 @@ class Scheduler:
     def first_wait(self):
         """(task, request) of the earliest statement still parked, or None when nothing waits."""
         waits = [(task, request) for entries in self.parked.values() for task, request in entries]
-        return min(waits, key=lambda pair: pair[0].node.spec.index) if waits else None
+        return min(waits, key=task_index) if waits else None
 
     def close(self) -> None:
         """Close every started generator and forget everything (runs in clean-up)."""
         while self.tasks:
-            self.tasks.pop().gen.close()
+            gen = self.tasks.pop().gen
+            if gen is not None:
+                gen.close()
         self.parked.clear()
         self.unstarted.clear()
