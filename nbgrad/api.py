@@ -45,8 +45,8 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
           tokenizer=None, graph: bool = False, quiet: bool = True, over=None, batch_size: int = 8, out=None,
           engine: str = "local", workers: int | None = None, column: str | None = None,
           model_factory=None, progress: bool = True, runner: str = "fast", _aliased: bool = False) -> Result:
-    """Run `source` (a `%%trace` body) on `model` called with `input` (None for a cell of invokes); with `over=DATASET`,
-    once per example. `runner="general"` runs each statement as the general kind (the default, "fast", takes the kinds
+    """Run `source` (the body of a `%%trace` cell) on `model` called with `input` (None for a cell of invokes); with
+    `over=DATASET`, once per example. `runner="general"` runs each statement as the general kind (the default, "fast", takes the kinds
     the compiler picks: docs/architecture.md). The common cell makes few Python calls: bench/overhead.py."""
     if not isinstance(model, nn.Module) and hasattr(model, "nbgrad_trace"):    # a model elsewhere: every option to it
         return model.nbgrad_trace(input, source, namespace, **call_options(locals()))
