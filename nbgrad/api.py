@@ -121,7 +121,7 @@ def backward(loss: torch.Tensor, source: str = "", namespace: dict | None = None
     if graph:
         return Result(saved={}, graph=program.graph)
     checks.backward_arguments(loss, namespace, grad_output)
-    if (elsewhere := getattr(loss, "nbgrad_kept", None)) is not None:   # a remote cell's value: its graph is there
+    if elsewhere := getattr(loss, "nbgrad_kept", None):     # a remote cell's value: its graph is there (remote/kept.py)
         return elsewhere.nbgrad_backward(loss, source, namespace, grad_output=grad_output, retain_graph=retain_graph,
                                          create_graph=create_graph)
     namespace = namespace if namespace is not None else {}

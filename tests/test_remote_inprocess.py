@@ -172,3 +172,14 @@ def test_the_backward_magic_takes_a_remote_loss_and_says_what_it_cannot(big, loc
     for name in ("big", "h", "loss", "g"):
         shell.user_ns.pop(name)
     local.zero_grad(set_to_none=True)
+
+
+def test_a_copy_the_actor_keeps_pickles_as_a_plain_tensor(big, tmp_path):
+    namespace = {"big": big}
+    nbgrad.trace(big, PROMPT, LOSS_CELL, namespace)
+    torch.save(namespace["loss"], tmp_path / "loss.pt")
+    loaded = torch.load(tmp_path / "loss.pt")
+    assert torch.equal(loaded, namespace["loss"]) and not loaded.nbgrad_kept
+    with pytest.raises(nbgrad.GradError, match="does not require grad"):      # a plain tensor: refused as locally
+        nbgrad.backward(loaded, "", {"loaded": loaded})
+    assert not __import__("copy").deepcopy(namespace["h"]).nbgrad_kept and namespace["h"].nbgrad_kept

@@ -21,6 +21,12 @@ class KeptOn:
     def live(self) -> bool:
         return self.generation == self.handle._generation
 
+    def __reduce__(self):     # pickled (torch.save, another cluster): an empty set there, which says nothing is kept
+        return set, ()
+
+    def __deepcopy__(self, memo):         # a deep copy is another tensor: the actor keeps nothing for it
+        return set()
+
     def nbgrad_backward(self, loss, source: str, namespace, **options):
         """`nbgrad.backward(copy, ...)`: the pass runs on the actor, from the original (backward.py)."""
         return self.handle.nbgrad_backward(self, source, namespace, **options)
@@ -37,7 +43,7 @@ def mark(handle, kept: dict) -> None:
 def kept_on(value, handle):
     """The Kept marker for a copy of a tensor `handle`'s live actor kept, else None."""
     where = getattr(value, "nbgrad_kept", None) if isinstance(value, torch.Tensor) else None
-    return Kept(where.number) if where is not None and where.handle is handle and where.live() else None
+    return Kept(where.number) if isinstance(where, KeptOn) and where.handle is handle and where.live() else None
 
 
 def markers(value, handle):
