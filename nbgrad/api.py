@@ -46,8 +46,8 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
           engine: str = "local", workers: int | None = None, column: str | None = None,
           model_factory=None, progress: bool = True, runner: str = "fast", _aliased: bool = False) -> Result:
     """Run `source` (the body of a `%%trace` cell) on `model` called with `input` (None for a cell of invokes); with
-    `over=DATASET`, once per example. `runner="general"` runs each statement as the general kind (the default, "fast", takes the kinds
-    the compiler picks: docs/architecture.md). The common cell makes few Python calls: bench/overhead.py."""
+    `over=DATASET`, once per example. `runner="general"` runs every statement as the general kind; the default,
+    "fast", takes the kinds the compiler picks (docs/architecture.md; their cost: bench/overhead.py)."""
     if not isinstance(model, nn.Module) and hasattr(model, "nbgrad_trace"):    # a model elsewhere: every option to it
         return model.nbgrad_trace(input, source, namespace, **call_options(locals()))
     if TRACER in source:        # pasted nnsight code: `tracer.cache(...)` and the like (engine/compile/pasted.py)
@@ -123,6 +123,9 @@ def backward(loss: torch.Tensor, source: str = "", namespace: dict | None = None
     if graph:
         return Result(saved={}, graph=program.graph)
     checks.backward_arguments(loss, namespace, grad_output)
+    if elsewhere := getattr(loss, "nbgrad_kept", None):     # a remote cell's value: its graph is there (remote/kept.py)
+        return elsewhere.nbgrad_backward(loss, source, namespace, grad_output=grad_output, retain_graph=retain_graph,
+                                         create_graph=create_graph)
     namespace = namespace if namespace is not None else {}
     leaves = _leaves(loss) if isinstance(loss, torch.Tensor) else []
     held = {id(leaf) for leaf in leaves if leaf.grad is not None}

@@ -12,8 +12,12 @@ NOTEBOOKS = sorted(EXAMPLES.glob("*.ipynb"))
 
 def _runs(path: Path):
     """A tutorial as a test's parameter. One that writes to a fixed folder (`--out /tmp/...`) runs on the browser
-    tests' worker (conftest.py), never beside its own run in JupyterLab, which writes to the same folder."""
-    return pytest.param(path, marks=[pytest.mark.xdist_group("lab")] if "--out /" in path.read_text() else [])
+    tests' worker (conftest.py), never beside its own run in JupyterLab, which writes to the same folder; one that
+    starts a Ray cluster runs on the Ray tests' worker, never beside another cluster."""
+    text = path.read_text()
+    code = "".join("".join(cell["source"]) for cell in json.loads(text)["cells"] if cell["cell_type"] == "code")
+    group = "lab" if "--out /" in text else "ray" if "ray.init(" in code or "nbgrad.remote(" in code else None
+    return pytest.param(path, marks=[pytest.mark.xdist_group(group)] if group else [])
 
 
 def test_the_tutorials_are_all_there():

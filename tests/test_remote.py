@@ -3,6 +3,8 @@ CPU; what travels is the cell and its values, never the weights. One local clust
 module (Ray starts slowly on a busy machine); the last test kills the actor and restarts it."""
 import _thread
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -16,15 +18,16 @@ from nbgrad.datasets.cluster import start_cluster
 
 ray = pytest.importorskip("ray")
 PROMPT = "The Eiffel Tower is in the city of"
+TESTS = Path(__file__).resolve().parent
+ENV = {"PYTHONPATH": f"{TESTS.parent}:{TESTS}", "OMP_NUM_THREADS": "1"}
 
 
 @pytest.fixture(scope="module")
 def big():
     # The actor imports nbgrad as this process does: the working tree first. One thread there and here while
     # a test compares values, so that sums are done in the same order (bit-equal results)
-    tests = Path(__file__).resolve().parent
-    start_cluster(attempts=5, num_cpus=2, include_dashboard=False, logging_level="ERROR", runtime_env={
-        "env_vars": {"PYTHONPATH": f"{tests.parent}:{tests}", "OMP_NUM_THREADS": "1"}})
+    start_cluster(attempts=5, num_cpus=2, resources={"remote_slot": 2}, include_dashboard=False,
+                  logging_level="ERROR", runtime_env={"env_vars": ENV})
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield nbgrad.remote()
@@ -59,6 +62,8 @@ def assert_same(there: dict, here: dict, names):
     for name in names:
         assert torch.equal(there[name], here[name]), name
 
+
+LOSS_CELL = "h = big.transformer.h[1].output.save()\nloss = big.lm_head.output[0, -1].max().save()\n"
 
 GRADIENT_CELL = """
 h = big.transformer.h[1].output.save()
@@ -227,11 +232,94 @@ def test_attribution_runs_on_the_actor_and_equals_local(big, local):
     assert big.call(hooks_there) == 0
 
 
+def test_backward_of_a_loss_a_remote_cell_saved_runs_on_the_actor(big, local, shell):
+    big.zero_grad()
+    local.zero_grad(set_to_none=True)
+    shell.user_ns["big"] = big
+    shell.run_cell(f'%%trace big "{PROMPT}" -q\n{LOSS_CELL}', store_history=False)
+    shell.run_cell("%%backward loss -q\ng = h.grad.save()\n", store_history=False)
+    here = {"big": local}
+    nbgrad.trace(local, PROMPT, LOSS_CELL, here)
+    nbgrad.backward(here["loss"], "g = h.grad.save()\n", here)
+    assert torch.equal(shell.user_ns["g"], here["g"]) and shell.user_ns["g"].abs().sum() > 0
+    assert torch.equal(big.transformer.h[1].mlp.c_proj.weight.grad, local.transformer.h[1].mlp.c_proj.weight.grad)
+    assert big.call(hooks_there) == 0
+    for name in ("big", "h", "loss", "g"):
+        shell.user_ns.pop(name)
+    big.zero_grad()
+    local.zero_grad(set_to_none=True)
+
+
+def test_canonical_names_and_out_on_the_handle_equal_local(big, local, tmp_path):
+    source = "r = big.layers[0].resid_post.save()\np = big.layers[1].attn.pattern.save()\n"
+    assert_same(*both(big, local, source), ["r", "p"])
+    body = "last = big.layers[1].resid_post[:, -1].save()\n"
+    prompts = ["The Eiffel Tower is in", "Hi", "A longer prompt about several things"]
+    there, here = {"big": big}, {"big": local}
+    nbgrad.trace(big, None, body, there, over=iter(prompts), batch_size=2, out=tmp_path / "acts")
+    nbgrad.trace(local, None, body, here, over=prompts, batch_size=2)
+    assert equal(list(there["last"]), here["last"]) and len(here["last"]) == 3
+    assert sorted(p.name for p in (tmp_path / "acts").iterdir()) == [
+        "batch-00000000.safetensors", "batch-00000002.safetensors", "index.json"]     # written here
+
+
+def tiny_model():
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16)).eval()
+
+
+ANOTHER_NOTEBOOK = """
+import os, ray, nbgrad
+from test_remote import ENV, tiny_model
+ray.init(address=%r, logging_level="ERROR", runtime_env={"env_vars": ENV})
+shared = nbgrad.remote(tiny_model, name="nbgrad-test-shared", num_gpus=0, resources={"remote_slot": 1},
+                       runtime_env={"env_vars": {**ENV, "NBGRAD_MARK": "factory"}})
+shared.call(lambda model: setattr(model, "nbgrad_mark", 41))
+print("pid", shared.pid)
+"""
+
+
+def placement(model) -> tuple:
+    context = ray.get_runtime_context()
+    return context.get_assigned_resources(), os.environ.get("NBGRAD_MARK"), context.get_actor_name()
+
+
+def test_a_named_actor_from_a_factory_outlives_its_notebook_and_another_attaches(big):
+    # Another notebook (a process of its own, a Ray job of its own) makes a named actor from a factory, with Ray
+    # options, and ends; this one attaches by name and finds the same model, placed as asked
+    address = ray.get_runtime_context().gcs_address           # this cluster's, not another one on the machine
+    made = subprocess.run([sys.executable, "-c", ANOTHER_NOTEBOOK % address], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **ENV})
+    assert made.returncode == 0, made.stderr[-2000:]
+    try:
+        shared = nbgrad.remote(name="nbgrad-test-shared")
+        assert f"pid {shared.pid}" in made.stdout and shared.call(lambda m: m.nbgrad_mark) == 41
+        resources, mark, name = shared.call(placement)
+        assert resources.get("remote_slot") == 1 and "GPU" not in resources and mark == "factory"
+        assert name == "nbgrad-test-shared" and big.call(placement)[2] != name
+        ids, source = torch.tensor([[1, 5, 9, 3]]), ("h = m.transformer.h[1].output.save()\n"
+                                                   "with m.lm_head.output[0, -1].max().backward():\n"
+                                                   "    g = m.transformer.h[0].output.grad.save()\n")
+        there, here = {"m": shared}, {"m": tiny_model()}
+        nbgrad.trace(shared, ids, source, there)
+        nbgrad.trace(here["m"], ids, source, here)
+        assert_same(there, here, ["h", "g"])
+        with pytest.raises(nbgrad.NbgradError, match="attached to a named model that another notebook made"):
+            shared.restart()
+    finally:
+        ray.kill(ray.get_actor("nbgrad-test-shared", namespace="nbgrad"))
+
+
 def test_a_killed_actor_is_a_clear_error_and_restart_recovers(big, local):
     ray.kill(big._actor)
     with pytest.raises(nbgrad.NbgradError, match=r"actor is gone .*`the handle.restart\(\)` starts a new one"):
         nbgrad.trace(big, "Hi", "y = big.transformer.h[1].output.save()\n", {"big": big})
-    old = big.pid
+    old, namespace = big.pid, {"big": big}
     big.restart()
     assert big.pid != old
+    nbgrad.trace(big, PROMPT, LOSS_CELL, namespace)
+    big.restart()
+    with pytest.raises(nbgrad.NbgradError, match="on an actor that has since been restarted"):
+        nbgrad.backward(namespace["loss"], "", namespace)
     assert_same(*both(big, local, "h = big.transformer.h[1].output.save()\n"), ["h"])

@@ -22,19 +22,24 @@ ENGINES = ("local", "ray")
 
 def trace_over(model, source: str, namespace: dict | None, over, *, batch_size: int = 8, out=None,
                engine: str = "local", workers: int | None = None, column: str | None = None,
-               model_factory=None, no_grad: bool = False, tokenizer=None, progress: bool = True) -> Result:
+               model_factory=None, no_grad: bool = False, tokenizer=None, progress: bool = True,
+               batches_of=None) -> Result:
     """Run `source` once per example of `over` (see the module's docstring); returns a Result whose saved
-    values are lists over the examples."""
+    values are lists over the examples. `batches_of(source, namespace, no_grad, helpers)` gives the batches of a model
+    that runs them itself (nbgrad.remote's handle): an object whose `run(batches, store)` is as _LocalBatches'."""
     __tracebackhide__ = True
-    checks.trace_arguments(model, namespace)
-    _check_engine(engine, workers, model_factory)
+    if batches_of is None:
+        checks.trace_arguments(model, namespace)
+        _check_engine(engine, workers, model_factory)
     compile_cell(source, "trace")                   # the cell's own errors first, before any example runs
     namespace = default_namespace(namespace, model)
     helpers = called_helpers(source, "trace", namespace)     # read here: a worker has no earlier cells
     graph = compile_cell(source, "trace", helpers).graph
-    traced, tokenizer = model_to_trace(model, tokenizer)
+    traced, tokenizer = model_to_trace(model, tokenizer) if batches_of is None else (None, None)
     store = Store(out, source, batch_size) if out is not None else None
-    if engine == "ray":
+    if batches_of is not None:
+        batches = batches_of(source, namespace, no_grad, helpers)
+    elif engine == "ray":
         from .ray_engine import RayBatches
         batches = RayBatches(model, source, namespace, no_grad, workers, model_factory, helpers)
     else:

@@ -250,6 +250,11 @@ def loss_without_grad(loss: torch.Tensor, namespace: dict, expression: str = "")
     read = _tensors_read(expression, namespace)
     own = [name for name, value in read if value is loss] or [naming.tensor_names(namespace).get(id(loss))]
     lacking = [name for name, value in read if value is not loss and not value.requires_grad]
+    elsewhere = [name for name, value in read if getattr(value, "nbgrad_kept", None)]
+    if elsewhere:
+        return (f"{_NO_GRAD_HEAD}: {elsewhere[0]} came back from a remote model's cell, and its autograd graph stays "
+                f"on the model's actor: `%%backward {elsewhere[0]}` runs the pass there, but a value computed from it "
+                f"here has no graph: compute the loss in the remote cell, .save() it, and %%backward that name")
     ways = ("made without requires_grad=True, or computed under torch.no_grad() / --no-grad, through "
             ".detach(), or only from tensors that do not require grad")
     if lacking:

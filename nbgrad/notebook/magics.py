@@ -91,7 +91,8 @@ class NbgradMagics(Magics):
             return show_graph(api.backward(None, cell, namespace, graph=True).graph, f"%%backward {line.strip()}")
         loss = self._evaluate(loss_text, "LOSS")
         grad_output = self._evaluate(args.grad_output, "--grad-output") if args.grad_output else None
-        checks.loss_requires_grad(loss, namespace, loss_text)
+        if not getattr(loss, "nbgrad_kept", None):       # a remote cell's value has its graph on the actor
+            checks.loss_requires_grad(loss, namespace, loss_text)
         result = api.backward(loss, cell, namespace, grad_output=grad_output, retain_graph=args.retain_graph,
                               create_graph=args.create_graph)
         show_result(self.shell, result, args.quiet, None, f"%%backward {line.strip()}")

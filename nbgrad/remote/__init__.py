@@ -9,6 +9,10 @@ from .scan import Scan, TensorSpec, scan
 
 __all__ = ["remote", "RemoteModel", "RemotePath", "Scan", "TensorSpec", "scan", "start_cluster"]
 
+# Named actors live in this Ray namespace, so that another notebook (another Ray job, whose own namespace is a new
+# anonymous one) finds them by name
+NAMESPACE = "nbgrad"
+
 
 def remote(name_or_factory=None, *, num_gpus=None, resources=None, runtime_env=None, name=None,
            **load_kwargs) -> RemoteModel:
@@ -19,14 +23,14 @@ def remote(name_or_factory=None, *, num_gpus=None, resources=None, runtime_env=N
     connected()
     if name_or_factory is None and name is not None and not load_kwargs:
         try:
-            return RemoteModel(None, {"name": name}, actor=ray.get_actor(name))
+            return RemoteModel(None, {"name": name}, actor=ray.get_actor(name, namespace=NAMESPACE))
         except ValueError:
             pass              # no actor by that name yet: make it, with the embedded default model
     build = _builder(name_or_factory, load_kwargs)
     options = {key: value for key, value in (("num_gpus", num_gpus), ("resources", resources),
                                              ("runtime_env", runtime_env)) if value is not None}
     if name is not None:
-        options.update(name=name, lifetime="detached", get_if_exists=True)
+        options.update(name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True)
     return RemoteModel(build, options)
 
 

@@ -4,6 +4,7 @@ sends, with nbgrad's own engine, as a local notebook would. What it returns goes
 from __future__ import annotations
 
 import ctypes
+import itertools
 import threading
 
 class ModelHolder:
@@ -15,6 +16,8 @@ class ModelHolder:
         self.model, self.tokenizer = model_to_trace(build(), note=False)
         self.modules = dict(self.model.named_modules())
         self.lock, self.running = threading.Lock(), None
+        self.kept: dict = {}          # number -> a tensor a cell bound, with its graph, while the notebook holds its copy
+        self.numbers = itertools.count(1)
 
     def describe(self) -> bytes:
         """(skeleton, tokenizer, parameter bytes, pid, the node's address), pickled."""
@@ -65,6 +68,30 @@ class ModelHolder:
         from .skeleton import on_cpu
         fn, args, kwargs = cloudpickle.loads(function)
         return _dumps(on_cpu(fn(self.model, *args, **kwargs)))
+
+    def keep(self, bound: dict, copies: dict) -> dict:
+        """{number: the copy sent back} for each tensor the cell bound with autograd history: kept here (its graph
+        with it) until the notebook's copy is gone, so that `%%backward` of the copy runs here."""
+        from .kept import tensors_in
+        numbers = {}
+        for tensor in tensors_in(bound):
+            if tensor.requires_grad and id(tensor) in copies:
+                number = next(self.numbers)
+                self.kept[number] = tensor
+                numbers[number] = copies[id(tensor)]
+        return numbers
+
+    def kept_value(self, marker):
+        from ..errors import NbgradError
+        if marker.number not in self.kept:
+            raise NbgradError("a value that came back from an earlier cell is no longer kept on the remote model's "
+                              "actor: run that cell again")
+        return self.kept[marker.number]
+
+    def forget(self, numbers: list) -> None:
+        """The notebook's copies of these kept tensors are gone: their graphs go too."""
+        for number in numbers:
+            self.kept.pop(number, None)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.model.zero_grad(set_to_none=set_to_none)

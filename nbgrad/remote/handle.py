@@ -21,6 +21,7 @@ class RemoteModel:
     def __init__(self, build, actor_options: dict, actor=None):
         self._build, self._actor_options, self._actor = build, actor_options, actor
         self._stats: list = []
+        self._generation, self._forgotten = 0, []        # the actor's number (one more at each restart); see kept.py
         self._label = actor_options.get("name") or "the handle"
         self._start(actor)
 
@@ -29,7 +30,7 @@ class RemoteModel:
         from ray import cloudpickle
         if actor is None:
             actor = holder_class().options(**self._actor_options).remote(self._build)
-        self._actor = actor
+        self._actor, self._generation, self._forgotten = actor, self._generation + 1, []
         skeleton, tokenizer, weights, pid, node = cloudpickle.loads(self._ask(actor.describe.remote()))
         self.skeleton, self.tokenizer, self.weight_bytes, self.pid, self.node = skeleton, tokenizer, weights, pid, node
         if tokenizer is not None:
@@ -65,6 +66,16 @@ class RemoteModel:
         picklable(f"call({getattr(fn, '__name__', 'fn')}, ...)", (fn, args, kwargs))
         return cloudpickle.loads(self._ask(self._actor.call.remote(cloudpickle.dumps((fn, args, kwargs)))))
 
+    def _forget(self, generation: int, number: int) -> None:
+        """A copy of a tensor the actor kept is gone (kept.py); the actor is told with the next request."""
+        if generation == self._generation:
+            self._forgotten.append(number)
+
+    def _send_forgotten(self) -> None:
+        numbers, self._forgotten = self._forgotten, []
+        if numbers:
+            self._actor.forget.remote(numbers)
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         self._ask(self._actor.zero_grad.remote(set_to_none))
 
@@ -91,6 +102,10 @@ class RemoteModel:
     def nbgrad_generate(self, input, source: str, namespace, **options):
         from .cells import run_cell
         return run_cell(self, "generate", input, source, namespace, options)
+
+    def nbgrad_backward(self, where, source: str, namespace, **options):
+        from .backward import run_backward
+        return run_backward(where, source, namespace, **options)
 
     # --- the module tree, from the skeleton
     def named_modules(self, *args, **kwargs):

@@ -1,5 +1,5 @@
-"""What names the remote model and its modules when a cell's names are sent: on the actor, the model is MODEL and
-a module a ModulePath; in the notebook, a module reached from the handle is a RemotePath."""
+"""What names the remote model and its modules when a cell's names are sent: on the actor, the model is MODEL, a
+module a ModulePath and a tensor it kept a Kept; in the notebook, a module reached from the handle is a RemotePath."""
 from __future__ import annotations
 
 from torch import nn
@@ -13,6 +13,13 @@ class ModulePath:
 
     def __init__(self, path: str):
         self.path = path
+
+
+class Kept:
+    """A tensor the actor kept with its autograd graph (the notebook holds a copy without it), sent by its number."""
+
+    def __init__(self, number: int):
+        self.number = number
 
 
 class RemotePath:

@@ -8,6 +8,7 @@ import textwrap
 
 from ..engine.compile.dataflow import bound_names, read_names
 from ..datasets.ray_engine import check_picklable
+from .kept import markers
 from .paths import MODEL, ModulePath, RemotePath
 
 
@@ -31,6 +32,7 @@ def shipped_names(source: str, namespace: dict, handle) -> dict:
         elif isinstance(value, RemotePath) and value._handle is handle:
             shipped[name] = ModulePath(value._path)
         else:
+            value = markers(value, handle)       # a tensor the actor kept goes as its marker: the original is there
             picklable(f"the name `{name}`", value)
             shipped[name] = value
     return shipped
