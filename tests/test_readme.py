@@ -37,7 +37,8 @@ def test_every_python_block_runs(shell):
                 continue
             result = shell.run_cell(code, store_history=False)
             assert result.error_before_exec is None and result.error_in_exec is None, (code, result)
-        assert shell.user_ns["patched"].shape[0] == 1 and len(shell.user_ns["last"]) == 3
+        patched = shell.user_ns["patched"]       # one patch per layer, each a [1, vocab] row
+        assert len(patched) == 4 and patched[0].shape[0] == 1 and len(shell.user_ns["last"]) == 3
     finally:
         for name in set(shell.user_ns) - set(before):
             del shell.user_ns[name]

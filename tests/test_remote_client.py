@@ -1,6 +1,6 @@
 """`nbgrad.remote(...)` through a Ray client (`ray.init("ray://...")`), as a notebook off the cluster connects:
 a head node of this test's own (started with a client server on 127.0.0.1, stopped by its process), one actor,
-the same cell equal to a local copy's."""
+every cell form of tests/test_remote.py equal to a local copy's."""
 import os
 import shutil
 import signal
@@ -17,6 +17,9 @@ import torch
 
 import nbgrad
 from nbgrad.datasets.cluster import start_cluster
+from test_remote import test_canonical_names_and_out_on_the_handle_equal_local as canonical_names_and_out
+from test_remote import test_errors_come_back_as_the_local_cells_own as errors_as_local
+from test_remote import test_other_cell_forms_equal_local as other_cell_forms
 
 ray = pytest.importorskip("ray")
 PROMPT = "The Eiffel Tower is in the city of"
@@ -94,4 +97,18 @@ def test_a_cell_through_a_ray_client_equals_local(big):
     assert torch.equal(big.transformer.h[0].mlp.c_fc.weight.grad, local.transformer.h[0].mlp.c_fc.weight.grad)
     with pytest.raises(AttributeError, match="'Tensor' object has no attribute 'foo'"):
         nbgrad.trace(big, "Hi", "x = 1\ny = big.transformer.h[1].output.foo()\n", {"big": big})
+    assert big.call(lambda m: sum(len(x._forward_hooks) for x in m.modules())) == 0
+
+
+@pytest.fixture(scope="module")
+def local():
+    return nbgrad.load_model()
+
+
+def test_every_cell_form_through_a_ray_client_equals_local(big, local, tmp_path):
+    """Invokes, cache, a site, skip, stop(), --over, generation, canonical names, --out and errors: the same
+    checks as on the local cluster (tests/test_remote.py), through the client."""
+    other_cell_forms(big, local)
+    canonical_names_and_out(big, local, tmp_path)
+    errors_as_local(big, local)
     assert big.call(lambda m: sum(len(x._forward_hooks) for x in m.modules())) == 0
