@@ -3,6 +3,7 @@ runs of the same model to compare with (the oracle)."""
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
+import nbgrad
 from nbgrad.engine.run.cache import main_tensor
 
 
@@ -84,3 +85,23 @@ def steered_logits(model, ids):
         return model(ids).logits
     finally:
         handle.remove()
+
+
+def alone(model, prompt, layer, edit=None, target=None):
+    """One prompt alone, plain hooks: (block `layer` output, logits, d logits[-1, target] / d output)."""
+    ids = nbgrad.tokenizer_for(model)(prompt, return_tensors="pt")["input_ids"]
+    seen = {}
+
+    def hook(module, args, output):
+        if edit is not None:
+            output = output.clone()
+            edit(output)
+        seen["out"] = output
+        return output
+    handle = model.transformer.h[layer].register_forward_hook(hook)
+    try:
+        logits = model(ids).logits
+    finally:
+        handle.remove()
+    grad = torch.autograd.grad(logits[:, -1, target].sum(), seen["out"])[0] if target is not None else None
+    return seen["out"].detach(), logits.detach(), grad

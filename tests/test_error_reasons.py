@@ -7,7 +7,7 @@ import torch
 
 import nbgrad
 from nbgrad.errors.naming import LOOP_PREFIX, as_written, loop_name
-from helpers import assert_clean, model_state
+from helpers import alone, assert_clean, model_state
 
 EIFFEL = "The Eiffel Tower is in the city of"
 COLOSSEUM = "The Colosseum is in the city of"
@@ -17,26 +17,6 @@ PARIS = "Paris is the capital of"
 @pytest.fixture(scope="module")
 def model():
     return nbgrad.load_model()
-
-
-def _alone(model, prompt, layer, edit=None):
-    """One prompt alone, plain hooks: (block `layer`'s output, the logits)."""
-    ids = nbgrad.tokenizer_for(model)(prompt, return_tensors="pt")["input_ids"]
-    seen = {}
-
-    def hook(module, args, output):
-        if edit is not None:
-            output = output.clone()
-            edit(output)
-        seen["out"] = output
-        return output
-    handle = model.transformer.h[layer].register_forward_hook(hook)
-    try:
-        with torch.no_grad():
-            logits = model(ids).logits
-    finally:
-        handle.remove()
-    return seen["out"], logits
 
 
 def test_a_list_appended_by_invokes_is_read_by_a_later_invoke(model):
@@ -50,11 +30,11 @@ with invoke({PARIS!r}):
     model.transformer.h[2].output[:, -1] = torch.stack(outs).mean(0)
     logits = model.lm_head.output[:, -1].save()
 """, {"model": model, "torch": torch}, no_grad=True)
-    mean = (_alone(model, EIFFEL, 1)[0][:, -1] + _alone(model, COLOSSEUM, 1)[0][:, -1]) / 2
+    mean = (alone(model, EIFFEL, 1)[0][:, -1] + alone(model, COLOSSEUM, 1)[0][:, -1]) / 2
 
     def patch(output):
         output[:, -1] = mean
-    _, expected = _alone(model, PARIS, 2, edit=patch)
+    expected = alone(model, PARIS, 2, edit=patch)[1]
     assert torch.allclose(result.saved["logits"], expected[:, -1], atol=1e-4)
 
 

@@ -7,7 +7,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import nbgrad
-from helpers import assert_clean, model_state
+from helpers import alone, assert_clean, model_state
 
 EIFFEL = "The Eiffel Tower is in the city of"
 COLOSSEUM = "The Colosseum is in"
@@ -17,26 +17,6 @@ SHORT = "Paris"
 @pytest.fixture(scope="module")
 def model():
     return nbgrad.load_model()
-
-
-def alone(model, prompt, layer, edit=None, target=None):
-    """One prompt alone, plain hooks: (block `layer` output, logits, d logits[-1, target] / d output)."""
-    ids = nbgrad.tokenizer_for(model)(prompt, return_tensors="pt")["input_ids"]
-    seen = {}
-
-    def hook(module, args, output):
-        if edit is not None:
-            output = output.clone()
-            edit(output)
-        seen["out"] = output
-        return output
-    handle = model.transformer.h[layer].register_forward_hook(hook)
-    try:
-        logits = model(ids).logits
-    finally:
-        handle.remove()
-    grad = torch.autograd.grad(logits[:, -1, target].sum(), seen["out"])[0] if target is not None else None
-    return seen["out"].detach(), logits.detach(), grad
 
 
 def test_clean_to_corrupt_patch_at_the_same_layer(model):
