@@ -8,7 +8,7 @@ from .models import load_model, processor_for, tokenizer_for
 from .remote import RemoteModel, Scan, remote, scan
 from .engine.run.result import Result
 from .engine.run.cache import Cache
-from .engine.run.edits import Edit
+from .engine.edit.edits import Edit
 from .engine.run.listing import listing as source
 from .views.attention import attention_pattern
 

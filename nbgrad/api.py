@@ -15,8 +15,7 @@ from .engine.compile.unroll import NeedsElements
 from .engine.run import checks
 from .engine.run.cache import Cache
 from .engine.run.result import Result
-from .engine.run.direct import DirectRun
-from .engine.run.edits import Edit, install, names_read
+from .engine.edit.edits import Edit, install, names_read
 from .engine.run.moduletree import compiled_inner
 from .engine.run.rows import InvokeRows
 from .engine.run.runtime import Runtime, active_runtime
@@ -76,8 +75,7 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
     else:
         model, args, kwargs, values, rows = _prepared(program, model, input, tokenizer, namespace)
         ids = input_ids_of(args, kwargs)
-    run = DirectRun(program, namespace, model, no_grad) if program.direct and runner == "fast" else \
-        Runtime(program, namespace, model=model, no_grad=no_grad, rows=rows)
+    run = Runtime(program, namespace, model, no_grad, rows, fast=runner == "fast")
     result = run.run_trace(args, kwargs)
     result.input_ids, result.invokes = ids, values
     return result

@@ -155,7 +155,7 @@ class Generation:
         hooks.add("step ends", lambda: model.register_forward_hook(self._on_return))
 
     def _on_call(self, module, args):
-        if self.running or self.runtime.scheduler.in_statement:
+        if self.running or self.runtime.in_statement:
             return None          # a call the cell's own code makes: not a step
         self.running = True
         self.runtime.start_step()
@@ -163,7 +163,7 @@ class Generation:
 
     def _on_return(self, module, args, output):
         runtime = self.runtime
-        if not self.running or runtime.scheduler.in_statement:
+        if not self.running or runtime.in_statement:
             return None
         self._keep(runtime.finish_step(), output)
         runtime.close()

@@ -1,5 +1,5 @@
-"""The direct run (engine/run/direct.py) against the general runtime: the common cell, which nbgrad runs
-directly, gives exactly what the runtime gives it, errors included. Each cell runs both ways on the same
+"""The fast statement kinds (runner="fast", engine/run/runtime.py) against the general ones: the common cell, which
+nbgrad runs directly, gives exactly what the runtime gives it, errors included. Each cell runs both ways on the same
 weights and namespace; the saved values, the names left behind, the shapes for the sidebar, the steps of the
 hook graph, what was printed and every error's type, message and notes must be the same. Which cells run
 directly is checked too, so that a cell that needs the runtime's parts never runs without them."""
@@ -16,7 +16,6 @@ from torch import nn
 import nbgrad
 from nbgrad.engine.compile.compiler import compile_cell
 from nbgrad.engine.run.cellstate import _unsaved, unsaved_names
-from nbgrad.engine.run.direct import DirectRun
 from nbgrad.engine.run.gradients import GradientEvents
 from nbgrad.engine.run.runtime import Runtime
 from helpers import hook_count, tiny_gpt2
@@ -185,11 +184,11 @@ def test_a_runner_not_known_is_refused_and_so_is_one_for_a_dataset(call):
 
 def test_a_direct_cell_runs_as_a_direct_run(monkeypatch):
     seen = []
-    original = DirectRun.run_trace
-    monkeypatch.setattr(DirectRun, "run_trace", lambda self, *a: seen.append(self) or original(self, *a))
+    original = Runtime.run_trace
+    monkeypatch.setattr(Runtime, "run_trace", lambda self, *a: seen.append(self.fast) or original(self, *a))
     nbgrad.trace(MODEL, IDS, DIRECT_CELLS["one read"], {"model": MODEL})
     nbgrad.trace(MODEL, IDS, GENERAL_CELLS["an input"], {"model": MODEL})
-    assert len(seen) == 1
+    assert seen == [True, False]
 
 
 # --- one cell, both ways -------------------------------------------------------------------------------
@@ -316,9 +315,8 @@ def test_a_gradient_the_cell_took_the_place_of_lives_until_the_result_is_made(ru
     on_grad = GradientEvents._on_grad
     monkeypatch.setattr(GradientEvents, "_on_grad", lambda self, tensor_id, grad: (
         came.append(weakref.ref(grad)), on_grad(self, tensor_id, grad))[1])
-    for kind in (DirectRun, Runtime):
-        monkeypatch.setattr(kind, "_result", lambda self, result=kind._result: (
-            alive.append([ref() is not None for ref in came]), result(self))[1])
+    monkeypatch.setattr(Runtime, "_result", lambda self, result=Runtime._result: (
+        alive.append([ref() is not None for ref in came]), result(self))[1])
     cell = ("a = model.transformer.h[2].output\nb = model.transformer.h[0].output\n"
             "with model.lm_head.output.sum().backward():\n    a.grad[:, 0] = 0\n    gb = b.grad.clone().save()")
     result = nbgrad.trace(MODEL, IDS, cell, {"model": MODEL}, runner=runner)

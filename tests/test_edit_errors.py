@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import nbgrad
-from nbgrad.engine.run.edits import active_edits, edit_hooks
+from nbgrad.engine.edit.edits import active_edits, edit_hooks
 from nbgrad.errors import ModulePathError, NbgradError
 from helpers import hook_count, steered_logits, tiny_gpt2
 from interrupts import Injector

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import nbgrad
-from nbgrad.engine.run.edits import active_edits
+from nbgrad.engine.edit.edits import active_edits
 from nbgrad.notebook import comm
 from helpers import hook_count, steered_logits, tiny_gpt2
 

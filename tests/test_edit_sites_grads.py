@@ -145,7 +145,7 @@ def test_a_second_backward_pass_through_one_call_is_refused(tiny, ids):
                                               r"GPT2LMHeadModel\) already edited in this call of the model: .*Call "
                                               r"the model again for each backward pass$"):
             loss.backward()
-        assert len(nbgrad.engine.run.edits.active_edits(tiny)) == 1
+        assert len(nbgrad.engine.edit.edits.active_edits(tiny)) == 1
     assert hook_count(tiny) == 0
 
 
@@ -190,7 +190,7 @@ def test_a_compiled_caller_is_refused_and_works_again_after_remove(ids, compile_
 ])
 def test_an_interrupt_at_any_line_of_a_call_and_its_backward_pass_leaves_the_edit_whole(ids, body, by_hand):
     from interrupts import Injector
-    from nbgrad.engine.run.edits import edit_hooks
+    from nbgrad.engine.edit.edits import edit_hooks
     model = tiny_gpt2()
     handle = by_hand(model)
     expected = _embedding_grad(model, ids)

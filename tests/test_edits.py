@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import nbgrad
-from nbgrad.engine.run.edits import active_edits, edit_hooks
+from nbgrad.engine.edit.edits import active_edits, edit_hooks
 from helpers import hook_count, tiny_gpt2
 
 STEER = "model.transformer.h[1].output[:, -1] += torch.arange(32.) / 8"

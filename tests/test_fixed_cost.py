@@ -19,7 +19,7 @@ PACKAGE_DIR = os.path.dirname(os.path.abspath(nbgrad.__file__)) + os.sep
 ONE_READ = "hs = model.transformer.h[-1].output.save()"
 ONE_GRADIENT = "hs = model.transformer.h[1].output\nwith model.output.logits.sum().backward():\n    g = hs.grad.save()"
 # What a one-read cell costs today (21 calls, with a little room; 0 tensor operations of nbgrad's own: a direct run
-# answers it from its hook, run/directone.py; as a quiet statement, started, parked and resumed, it made 32), and a
+# answers it from its hook, run/onesave.py; as a quiet statement, started, parked and resumed, it made 32), and a
 # cell that reads one block's gradient (66, a direct run too, with GradientEvents; 65 before `PATH[i]` was found by
 # two functions that the one-read cell shares, elements.walk and elements.indexed, and 66 again once `trace` read the
 # ids without a call). Both count the hooks nbgrad puts in itself (HookSet.forward_hook: one call, where torch's

@@ -9,7 +9,7 @@ from torch import nn
 
 import nbgrad
 from nbgrad.engine.compile.compiler import compile_cell
-from nbgrad.engine.run.direct import DirectRun
+from nbgrad.engine.run.hookloops import _EditLoop
 from helpers import hook_count, tiny_gpt2
 
 IDS = torch.tensor([[3, 14, 15, 92, 65, 35]])
@@ -22,8 +22,8 @@ STEER = ("for block in model.transformer.h:\n"
 def steps(monkeypatch):
     """The blocks whose edit a HookLoop made (None: the statement's own run)."""
     seen = []
-    original = DirectRun._step
-    monkeypatch.setattr(DirectRun, "_step", lambda self, step, *rest: seen.append(step.position)
+    original = _EditLoop.advance
+    monkeypatch.setattr(_EditLoop, "advance", lambda self, step, *rest: seen.append(step.position)
                         or original(self, step, *rest))
     return seen
 

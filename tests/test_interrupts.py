@@ -45,7 +45,7 @@ CELLS = {
     # read and kept only: its events are logged in the forward and its statements run on the log (Program.quiet)
     "quiet": ("outs = [model.transformer.h[i].output.save() for i in reversed(range(len(model.transformer.h)))]\n"
               "last = model.transformer.h[-1].output[:, -1].save()\n"),
-    # one read, saved: answered by its hook, with no statement run (run/directone.py)
+    # one read, saved: answered by its hook, with no statement run (run/onesave.py)
     "one save": "hs = model.transformer.h[-1].output.save()\n",
 }
 CHECK = ("after = model.transformer.h[0].output.save()\n"
@@ -54,7 +54,7 @@ CHECK = ("after = model.transformer.h[0].output.save()\n"
          "    after_grad = after.grad.save()\n")
 IDS = torch.tensor([[5, 9, 2, 7]])
 CELL_NAMES = ("hs", "logits", "g", "after", "after_grad", "c", "outs", "last", "i")      # what the cells above bind
-# cells that run as a direct run (engine/run/direct.py)
+# cells that run as a direct run (runner="fast": the fast statement kinds, engine/run/runtime.py)
 DIRECT = ("backward", "edit loop", "forward", "list", "loop", "one save", "quiet")
 
 

@@ -203,31 +203,17 @@ with loss.backward():
 
 
 def count_hooks(monkeypatch):
-    """The modules nbgrad hooks in a run, counted at the one place of each kind of run that registers forward
-    hooks (the runtime's ForwardEvents, HookSet.forward_hook for a direct run), and those a direct run answers
-    from what the model's call returns (DirectRun._hook)."""
-    from nbgrad.engine.run.direct import DirectRun
+    """The modules nbgrad hooks in a run, counted at the one place that hooks a module's events for a statement
+    (ForwardEvents.hook), the model's own output answered from what its call returns included."""
     from nbgrad.engine.run.forward import ForwardEvents
-    from nbgrad.engine.run.hookset import HookSet
-    hooked, original, original_set, original_direct = [], ForwardEvents.hook, HookSet.forward_hook, DirectRun._hook
+    hooked, original = [], ForwardEvents.hook
 
     def hook(self, module, kind, **options):
         new = original(self, module, kind, **options)
         if new:
             hooked.append(module)
         return new
-
-    def set_hook(self, key, module, hook, prepend=False):
-        hooked.append(module)
-        return original_set(self, key, module, hook, prepend)
-
-    def direct_hook(self, module, key):
-        if module is self.model:
-            hooked.append(module)
-        return original_direct(self, module, key)
     monkeypatch.setattr(ForwardEvents, "hook", hook)
-    monkeypatch.setattr(HookSet, "forward_hook", set_hook)
-    monkeypatch.setattr(DirectRun, "_hook", direct_hook)
     return hooked
 
 

@@ -1,5 +1,5 @@
 """The cell that is one read, saved (`NAME = PATH.output.save()`, Program.one_save): a direct run answers it from
-its hook with no statement run (engine/run/directone.py). Each cell here runs both ways, that way and through the
+its hook with no statement run (engine/run/onesave.py). Each cell here runs both ways, that way and through the
 general runtime, on the same weights and namespace, and must leave the same (test_direct_run.assert_same_both_ways:
 saved values, names, shapes, the hook graph's steps, errors with their messages and notes); which cells take the
 hook's way, and which go the general way because their path is not found by `_modules` alone, is checked too."""
@@ -11,7 +11,7 @@ from torch import nn
 
 import nbgrad
 from nbgrad.engine.compile.compiler import compile_cell
-from nbgrad.engine.run.direct import DirectRun
+from nbgrad.engine.run import onesave, runtime
 from helpers import tiny_gpt2
 from test_direct_run import assert_same_both_ways
 
@@ -90,7 +90,7 @@ OWN_CELLS = [
 def hook_way(monkeypatch):
     """The answers of `_forward_one` in this test: True where the hook answered the cell."""
     answers = []
-    original = DirectRun._forward_one
+    original = onesave.forward_one
 
     def recorded(self, *args):
         try:
@@ -100,7 +100,7 @@ def hook_way(monkeypatch):
             raise
         answers.append(answered)
         return answered
-    monkeypatch.setattr(DirectRun, "_forward_one", recorded)
+    monkeypatch.setattr(runtime, "forward_one", recorded)
     return answers
 
 

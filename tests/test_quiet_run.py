@@ -13,7 +13,8 @@ from torch import nn
 
 import nbgrad
 from nbgrad.engine.compile.compiler import compile_cell
-from nbgrad.engine.run.direct import DirectRun
+from nbgrad.engine.run.hookloops import _EditLoop, _ListLoop
+from nbgrad.engine.run.runtime import Runtime
 from helpers import hook_count, hooked, tiny_gpt2
 from test_direct_run import _Printed, assert_same_both_ways
 from test_fuzz_cells import FUZZ
@@ -63,25 +64,26 @@ def test_a_quiet_cell_gives_what_the_runtime_gives(cell, capfd):
 
 
 def statements_in_forward(model, source, namespace=None) -> list:
-    """For each time a statement of the cell was resumed, or a HookLoop's body called for a block (its `_step` or
-    `_collect`): whether the model's forward was running then."""
+    """For each time a statement of the cell was resumed, or a HookLoop's body called for a block (its `step` or
+    `collect`): whether the model's forward was running then."""
     running, seen = [False], []
     handles = [model.register_forward_pre_hook(lambda m, a: running.__setitem__(0, True), prepend=True),
                model.register_forward_hook(lambda m, a, o: running.__setitem__(0, False), always_call=True)]
-    originals = {name: getattr(DirectRun, name) for name in ("_advance", "_step", "_collect")}
+    originals = {(kind, name): getattr(kind, name) for kind, name in ((Runtime, "_advance"), (_EditLoop, "advance"),
+                                                                        (_ListLoop, "advance"))}
 
     def spy(original):
         def resumed(self, task, value, error=None):
             seen.append(running[0])
             return original(self, task, value, error)
         return resumed
-    for name, original in originals.items():
-        setattr(DirectRun, name, spy(original))
+    for (kind, name), original in originals.items():
+        setattr(kind, name, spy(original))
     try:
         nbgrad.trace(model, IDS, source, namespace if namespace is not None else {"model": model})
     finally:
-        for name, original in originals.items():
-            setattr(DirectRun, name, original)
+        for (kind, name), original in originals.items():
+            setattr(kind, name, original)
         for handle in handles:
             handle.remove()
     return seen

@@ -62,7 +62,7 @@ def run_batch(model, tokenizer, source: str, namespace: dict, examples: list, st
 def at_example(error: BaseException, cell, runtime, examples: list, start: int, source: str) -> BaseException:
     """The error with the example it concerns: its index in the dataset and its INPUT, and the cell line (the
     traceback's frame of the cell at the cell's own line, as a worker's error shows it: ray_engine.py)."""
-    failed = runtime.scheduler.failed
+    failed = runtime.failed
     example = runtime.program.nodes[failed].spec.invoke if failed is not None else None
     if isinstance(error, NbgradError) and error.line:
         line, example = cell.cell_line(error.line)

@@ -23,7 +23,7 @@ _CALLED_ONLY = ("cache", "stop")      # names a body has only as calls (compile/
 
 def add_hints(error: BaseException, events) -> None:
     """Note on `error` what nbgrad can tell about its cause from the run that raised it: `events` is what answered
-    its reads (the runtime's ForwardEvents, or a direct run), with what they returned of note."""
+    its reads (the run's ForwardEvents), with what they returned of note."""
     if not isinstance(error, Exception) or getattr(error, "_nbgrad_hinted", False):
         return
     hints = [_misspelled_event(error), _event_outside_the_cell(error), _skip_not_a_statement(error), _not_called(error),

@@ -9,7 +9,7 @@ import weakref
 from torch import nn
 from torch.nn.parameter import is_lazy
 
-from ..engine.run.edits import active_edits
+from ..engine.edit.edits import active_edits
 from ..errors.naming import module_path
 from ..names.tree import canonical_tree
 from .comm_sites import sites_reply

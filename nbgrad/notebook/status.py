@@ -6,7 +6,7 @@ from pathlib import Path
 
 from .. import __version__
 from .. import models
-from ..engine.run.edits import active_edits, edit_hooks
+from ..engine.edit.edits import active_edits, edit_hooks
 
 NAME = "nbgrad"
 

@@ -23,7 +23,7 @@ REFUSED_CALLS = {
 
 def edit_mode(source: str) -> str:
     """How to compile an edit body: one with `.grad` as a backward cell, whose one pass is the backward pass that
-    reaches each call's tensors after the call (see run/editstack.py)."""
+    reaches each call's tensors after the call (see edit/editstack.py)."""
     try:
         tree = ast.parse(textwrap.dedent(source))
     except SyntaxError:

@@ -1,4 +1,4 @@
-"""Loops that only edit or save what each block returns, compiled to run inside each block's hook (run/direct.py).
+"""Loops that only edit or save what each block returns, compiled to run inside each block's hook (run/hookloops.py).
 
     for i in range(len(model.transformer.h)):          for block in model.transformer.h:
         model.transformer.h[i].output[:] *= 0.5            block.output[:, -1] += steer
@@ -9,7 +9,7 @@ Run as a statement, such a loop pauses at every block: the block's hook resumes 
 on to the next block, finds it and waits again. That is six Python calls at every block, run cold between two
 layers of the forward (bench/overhead.py, (c)). Nothing in the loop's body needs that: it only edits the value
 of the loop's own event, with operands the cell does not bind (or saves a view of it, for the list). So the body
-is also compiled as a plain function of that value, and a direct run calls it from each block's event, as a raw
+is also compiled as a plain function of that value, and a run with the fast kinds calls it from each block's event, as a raw
 hook would (HookLoop). Pure questions about the syntax tree, as in cellast.py; the run decides whether the loop's
 blocks allow it (run/hookloops.py)."""
 from __future__ import annotations

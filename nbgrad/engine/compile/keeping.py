@@ -18,7 +18,7 @@ _KEEPING_BUILTINS = frozenset("enumerate len list range reversed tuple zip".spli
 def keeps_only(body: list) -> bool:
     """Whether a cell only binds, saves and indexes what it reads, with constant indices (`h[:, -1]`, views),
     or `i` in `model.transformer.h[i]`: nothing it does with an event's value depends on when it runs, so its
-    statements may run after the model has (run/direct.py, a quiet cell). `calls_nothing` holds too."""
+    statements may run after the model has (the deferred statement kind: run/forward.py's log and replay). `calls_nothing` holds too."""
     if not calls_nothing(body):
         return False
     module = ast.Module(body=body, type_ignores=[])
@@ -68,7 +68,7 @@ def _basic_index(index: ast.expr) -> bool:
 def one_save(body: list, source: str) -> tuple | None:
     """(name, root, steps, label, line) of a cell that is the one statement `NAME = ROOT.A[i].B.output.save()`, the
     steps of its path attribute names and constant integer indices (`("A", i, "B")`): the cell a run answers from its
-    hook alone (Program.one_save, run/directone.py); else None. The label and line are those the rewritten
+    hook alone (Program.one_save, run/onesave.py); else None. The label and line are those the rewritten
     `.save()` is given (rewrite.py)."""
     if len(body) != 1 or not isinstance(body[0], ast.Assign) or len(body[0].targets) != 1:
         return None

@@ -38,7 +38,7 @@ class Read(NamedTuple):
     module: Callable              # thunk: evaluated when the request is handled
     use: int
     # `i` of `PATH[i].output` or `PATH[-1].output` at the cell's level, PATH a module path (Program.containers), else
-    # None: a direct run finds the module in the model's `_modules` without evaluating the thunk, which is Python
+    # None: a run finds the module in the model's `_modules` without evaluating the thunk, which is Python
     # code of torch's (two `__getattr__` and `ModuleList.__getitem__`) run cold, at every event of a loop
     at: Any = None
 
@@ -71,8 +71,8 @@ class Backward(NamedTuple):
 
 
 REQUEST_TYPES = (Read, Write, GradRead, GradWrite, Backward)
-DIRECT_KINDS = frozenset({"output", "grad"})     # the events a direct run answers
-# What a direct run answers (run/direct.py): module outputs, gradients and backward passes, and saves
+DIRECT_KINDS = frozenset({"output", "grad"})     # the events of a cell that may take the fast kinds
+# What such a cell asks of its run: module outputs, gradients and backward passes, and saves
 DIRECT_RUNTIME_NAMES = frozenset({"new", "Read", "Write", "save", "GradRead", "GradWrite", "Backward"})
 
 
@@ -80,7 +80,7 @@ DIRECT_RUNTIME_NAMES = frozenset({"new", "Read", "Write", "save", "GradRead", "G
 class CompiledNode:
     spec: Node
     code: types.CodeType          # a generator function's code; globals are the cell's namespace
-    # A loop whose body only edits each block's output (compile/hookloops.py): a direct run may call the body from
+    # A loop whose body only edits each block's output (compile/hookloops.py): a run with the fast kinds may call the body from
     # each block's event instead of resuming the statement there
     loop: Any = None
 
@@ -139,7 +139,7 @@ class Program:
     # by a target that the run hooks before the model starts
     keeps_only: bool = False
     # (name, root, steps, label, line) of a cell that is `NAME = PATH.output.save()` alone
-    # (keeping.one_save), a quiet one: a direct run answers it from its hook, with no statement run (run/directone.py)
+    # (keeping.one_save), a quiet one: a fast run answers it from its hook, with no statement run (run/onesave.py)
     one_save: tuple | None = None
     # The uses of all forward targets when each is a plain path, else None: once statements wait on all of
     # them, their modules are hooked and hooking the targets has nothing left to do (the one-read cell)
@@ -148,14 +148,14 @@ class Program:
     has_gradients: bool = field(init=False, default=False)
     # Forward targets that wait for statements of the cell (Target.needs): hooked again once statements start
     late_targets: list = field(init=False, default_factory=list)
-    # The common cell, which the direct run takes (run/direct.py): statements that only read and replace module
+    # The common cell, which may take the fast statement kinds (runner="fast", runtime.py): statements that only read and replace module
     # outputs and their gradients, start backward passes and save, with no invoke, input event, cache, stop, site or
     # skip, and no `with` block around a read (whose context the general scheduler keeps to the statement)
     direct: bool = field(init=False, default=False)
     row_zero: bool = field(init=False, default=False)     # a use is written `M.output[0]` (a hint to check)
     # A direct cell that only reads, binds and saves, every read hooked ahead: nothing it does can change the forward
     # or depend on when it runs, so a run may log the events and run the statements on the log after the model has
-    # run (run/direct.py), as they would have run inside the hooks
+    # run (run/forward.py's log and replay), as they would have run inside the hooks
     quiet: bool = field(init=False, default=False)
     # Each iteration's own bindings in a loop unrolled before compiling (unroll.py): never left in the namespace
     loop_names: frozenset = field(init=False, default=frozenset())

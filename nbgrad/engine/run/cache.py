@@ -76,7 +76,7 @@ class Cache(Mapping):
     def _filling(self) -> bool:
         """Is this cache's run going on, its forward pass not finished? (Only asked for a path it lacks.)"""
         runtime = active_runtime()
-        return (runtime is not None and id(self) in runtime.saved.by_id and not runtime.forward.done
+        return (runtime is not None and id(self) in runtime.by_id and not runtime.forward.done
                 and not runtime.stepping)
 
     def __iter__(self):

@@ -117,7 +117,7 @@ class CacheRecorder:
         self.copies = device is not None or dtype is not None
         self.live: list = []             # (path, call index, tensor) of each output, for its gradient
         self.copied: dict = {}           # id(tensor) -> (weak reference to it, its copy)
-        current = runtime.scheduler.current
+        current = runtime.current
         # inside `with invoke(...)`: that invoke's rows of every value, as its other statements see them
         self.invoke = current.node.spec.invoke if current is not None and runtime.rows is not None else None
 
@@ -138,8 +138,8 @@ class CacheRecorder:
             if self.invoke is not None:
                 value = self.runtime.rows.view(value, self.invoke)
             _put(store, path, self.copy(value))
-        self.runtime.forward.watch(module, kind, arrived, drop_values=self.copies,
-                                   prepend=module is self.runtime.model, early=seen if keep_live else None)
+        watch(self.runtime.forward, module, kind, arrived, drop_values=self.copies,
+              prepend=module is self.runtime.model, early=seen if keep_live else None)
 
     def copy(self, value):
         """The value as the cache keeps it: itself, or a detached copy moved / cast as asked."""
@@ -167,7 +167,7 @@ class CacheRecorder:
         gradients, hooks = self.runtime.gradients, self.runtime.hooks
         for path, index, tensor in self.live:
             def on_grad(grad, path=path, index=index):
-                if gradients.running and not self.runtime.scheduler.in_statement:
+                if gradients.running and not self.runtime.in_statement:
                     self._put_grad(path, index, grad)
             hooks.replace(("cache grad", id(self), path, index), _grad_registration(tensor, on_grad))
 
@@ -224,3 +224,16 @@ def _map_tensors(value, function):
         mapped = [_map_tensors(v, function) for v in value]
         return type(value)(mapped) if type(value) in (tuple, list) else mapped
     return value
+
+
+def watch(events, module: nn.Module, kind: str, callback, drop_values: bool = False, prepend: bool = False,
+          early=None) -> None:
+    """Call `callback(value)` at every firing of a module's event (the run's ForwardEvents `events`), once the
+    statements waiting on it have run (with their edits), and `early(value)` before they run (one of them may start a
+    backward pass); with `drop_values`, the run keeps no value of its own for it unless a statement asks for it."""
+    key = (id(module), kind)
+    if events.hook(module, kind, prepend=prepend, for_statement=False) and drop_values:
+        events.cache_only.add(key)
+    events.sinks.setdefault(key, []).append(callback)
+    if early is not None:
+        events.early_sinks.setdefault(key, []).append(early)

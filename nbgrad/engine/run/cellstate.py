@@ -27,8 +27,7 @@ def unsaved_names(namespace: dict) -> dict:
 
 class CellState:
     """A snapshot taken before the cell runs (reading only), given back by `restore_*` after it. Every
-    restore is idempotent: clean-up may run it again after an interrupt cut it short. (A direct run is its
-    own CellState: one object less in every cell.)"""
+    restore is idempotent: clean-up may run it again after an interrupt cut it short."""
     __slots__ = ("namespace", "grad_mode", "columns", "flags", "before", "outer_runtime", "loop_names")
 
     def __init__(self, program, namespace: dict, model: nn.Module | None, active: list):

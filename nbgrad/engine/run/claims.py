@@ -1,5 +1,5 @@
 """Which runs are going on: per thread, the runs now running (innermost last), and per model, the thread
-whose runs trace it. Both kinds of run (runtime.py, direct.py) take and give back their place here."""
+whose runs trace it. Every run (runtime.py) takes and gives back its place here."""
 from __future__ import annotations
 
 import threading

@@ -1,4 +1,4 @@
-"""`PATH[i]` found by `i` alone (compile/program.py, Read.at): a direct run does not evaluate
+"""`PATH[i]` found by `i` alone (compile/program.py, Read.at): a run does not evaluate
 `model.transformer.h[i]` at every event of a loop, nor `model.transformer.h[-1]` for the one read of the common
 cell. That is torch's Python code (two `Module.__getattr__`, `ModuleList.__getitem__` and what it calls), run cold
 between two operations of the forward or before it: about as much as the rest of what nbgrad does at the event
@@ -8,7 +8,7 @@ between two operations of the forward or before it: about as much as the rest of
 of its own, evaluating the path is looking each name up in `_modules` as `Module.__getattr__` does, and indexing the
 ModuleList is reading its `_modules` by the key `ModuleList.__getitem__` would use (a Sequential's, by place). A path
 through a class with ways of its own is evaluated as written. `walk` does the same for any path of names and constant
-indices: the one-save cell's (directone.py).
+indices: the one-read cell's (onesave.py).
 
 `hold` and `element`, for a loop: inside the forward, even that lookup costs more than the rest of an event on a
 large model, whose every block leaves the model's own dicts, untouched since it was built, out of the machine's

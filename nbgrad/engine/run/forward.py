@@ -1,96 +1,89 @@
-"""Forward events: what a module was called with and what it returned, read and replaced from hooks."""
+"""Forward events: what a module was called with and what it returned, read and replaced from hooks. The one home of
+module events for every run (runtime.py): a hook delivers its event to the core (scheduler.py), which wakes the
+statements parked on it. What a failure needs is in missing.py; the deferred statement kind (a quiet cell's log and
+replay) is here, as it is only a way of answering these events later."""
 from __future__ import annotations
 
 from functools import partial
 
-import torch
 from torch import Tensor, nn
+from torch.nn.modules import module as torch_module
 
-from ...errors import diagnose
 from ...errors import hints
-from ...errors import OrderError
+from ..compile.program import Read
+from .elements import element, find, hold
+from .hookset import DictHandle
+from .missing import HOOKABLE, PATH_ERRORS, note_type, path_error
 from .moduletree import compiled_inner
+from .scheduler import Scheduler
+from .rows import rows_of
+from .skips import RowsSkipped, SkipGate, checked_skip_value
 from .stopping import StopRun, never_came_after_stop
-from .sites import NoSourceError, Site, SiteError
-from .skips import PARTIAL, RowsSkipped, SkipGate, checked_skip_value, skipped_around, skipped_for_invoke
 from .targets import target_elements
+from ...errors import OrderError, diagnose
 
-HOOKABLE = (nn.Module, Site, SkipGate)   # what has events: a module, a site inside a forward, a skip
-# What finding a module along a statement's path may raise, for a step that is not in the model
-PATH_ERRORS = (SiteError, NoSourceError, AttributeError, IndexError, KeyError, TypeError)
-
-
-def never_ran(use, module, model, late: bool) -> OrderError:
-    """The error for a read of a module's event that never came, with the model's forward over (`late`: its hook was
-    first asked for while the model ran)."""
-    skipped = skipped_around(module)
-    if skipped is not None:
-        return OrderError(f"{use.target}.{use.kind} never came: {type(skipped).__name__} was skipped "
-                          f"(`.skip(...)`), so nothing inside it ran", use.line)
-    return OrderError(diagnose.never_ran(use, module, model, after_forward=False, late=late), use.line)
+RETURNED = DictHandle({}.pop, None, None)      # the handle of an event answered without a hook: nothing to remove
 
 
 class ForwardEvents:
-    """Answers Read and Write requests. An event key is `(id(module), kind)`."""
+    """Answers Read and Write requests. An event key is `(id(module), kind)`. `fast`: the run may use the fast
+    statement kinds (a quiet cell deferred, the model's own output answered from what its call returns)."""
+    __slots__ = ("runtime", "uses", "values", "live", "late_hooks", "model_running", "done", "tuple_reads",
+                 "other_reads", "last_replacement", "requested", "sinks", "early_sinks", "cache_only", "stopping",
+                 "quick", "quiet", "logged", "answers_return", "returned", "held", "covered")
 
-    def __init__(self, runtime):
+    def __init__(self, runtime, fast: bool = False):
+        program = runtime.program
         self.runtime = runtime
-        self.uses = runtime.program.uses
-        self.values: dict = {}           # event key -> value of the latest firing
-        self.live: set = set()           # event keys whose hook is running now
-        self.late_hooks: set = set()     # hooks first asked for while the model was already running
-        self.model_running = False
-        self.done = False                # the model's forward call has returned
-        self.tuple_reads: dict = {}      # use id -> (use, length) of reads that returned a tuple, for hints
-        self.other_reads: dict = {}      # use id -> (use, type name) of reads that returned neither, for hints
-        self.last_replacement = None     # (use, shape before, shape after) of the latest replaced value
+        self.uses = program.uses
+        self.values: dict = {}           # event key -> value of its latest firing
+        self.live = None                 # the event whose statements run now (the one a write may replace)
+        self.model_running = self.done = self.stopping = False    # done: the model's forward call has returned
+        # For hints and messages, made when first needed: hooks first asked for while the model was already running;
+        # reads that returned a tuple or another non-tensor; the latest replacement (use, shape before, shape after)
+        self.late_hooks = self.tuple_reads = self.other_reads = self.last_replacement = None
         self.requested: set = set()      # use ids that a statement has waited on (so their module is hooked)
         self.sinks: dict = {}            # event key -> callbacks that get each value (a cache(...) of the cell)
         self.early_sinks: dict = {}      # event key -> callbacks that see it before the statements waiting on it
         self.cache_only: set = set()     # event keys only a copying cache watches: no value kept for statements
-        self.stopping = False            # a statement called stop(): the next event ends the model run
+        # One read waiting is answered with the event's value itself: no invoke's rows to cut, no row-0 hint
+        self.quick = runtime.rows is None and not program.row_zero
+        self.quiet = fast and program.quiet   # the deferred kind: events logged, statements answered after the model
+        self.logged = None               # a quiet cell's events, key -> value in the order they came, until replayed
+        self.answers_return = fast       # the model's own output may be answered from what its call returns
+        self.returned = None             # the key of that output, when it is answered so
+        self.held = None                 # use id -> where its loop's `PATH[i]` finds blocks (elements.py), or False
+        self.covered = frozenset()       # the PATHs of loops whose blocks are hooked by their Steps (hookloops.py)
 
     # --- requests -------------------------------------------------------------------------------
 
     def read(self, task, request):
-        module = task.module        # the module it was parked on, when it is being woken (as in _module)
-        if module is None:
-            try:                    # `resolve`, written out: this runs for every module a statement reads
-                module = request.module()
-            except PATH_ERRORS as error:
-                raise self.path_error(error, request.use)
-            if type(module).__name__ == "OptimizedModule":
-                module = compiled_inner(module) or module
-        else:
+        module = task.module        # the module it was parked on, when it is being woken
+        if module is not None:
             task.module = None
+        elif type(request.at) is not int or (module := self._element(request.use, request.at)) is None:
+            module = self._module(task, request)      # `PATH[i]` and `PATH[-1]` are found by `at`, as modules
         use = self.uses[request.use]
         if not isinstance(module, HOOKABLE):
             return True, getattr(module, use.kind)
         key = (id(module), use.kind)
-        if key in self.values:
-            if use.write and key not in self.live:
-                raise self.runtime.scheduler.too_late(task, use)
-            value = self.values[key]
+        values = self.values
+        if key in values:
+            if use.write and key != self.live:
+                raise self.runtime.too_late(task, use)
+            value = values[key]
             if task.node.spec.invoke is not None:
-                if PARTIAL and (skipped := skipped_for_invoke(module, task.node.spec.invoke)) is not None:
-                    raise OrderError(f"{use.target}.{use.kind} never came for this invoke: it skipped "
-                                     f"{type(skipped).__name__} (`.skip(...)`), so nothing inside it ran at its rows "
-                                     f"(it ran for the other invokes' rows)", use.line)
-                value = self.runtime.rows.view(value, task.node.spec.invoke)
+                value = rows_of(self.runtime.rows, module, value, use, task.node.spec.invoke)
             if type(value) is not Tensor:
-                if type(value) is tuple:
-                    self.tuple_reads[request.use] = (use, len(value))
-                elif not isinstance(value, Tensor):
-                    self.other_reads[request.use] = (use, type(value).__name__)
+                note_type(self, request.use, use, value)
             if use.row_zero:
                 hints.note_row_zero(use, value)
             return True, value
         if self.done or self.cache_only or key not in self.runtime.hooks:
             return self._wait_for(module, key, task, request, use)
-        # The common wait, hooked and still to come, written out (as at the end of `_wait_for`): no call
-        task.module = module
+        task.module = module              # the common wait, hooked and still to come: `_wait_for` written out
         self.requested.add(request.use)
-        self.runtime.scheduler.parked.setdefault(key, []).append((task, request))
+        self.runtime.parked.setdefault(key, []).append((task, request))
         return False, None
 
     def write(self, task, request):
@@ -100,40 +93,49 @@ class ForwardEvents:
             setattr(module, use.kind, request.value)
             return True, None
         key = (id(module), use.kind)
-        if key in self.live:
-            value, invoke = request.value, task.node.spec.invoke
+        if key == self.live:
+            value, invoke, rows = request.value, task.node.spec.invoke, self.runtime.rows
             if use.skip:
                 checked_skip_value(use, value)
             if invoke is not None and type(module) is SkipGate:     # M.skip(v) in an invoke: v is M at its rows
-                value = RowsSkipped.add(self.values[key], self.runtime.rows, invoke, value)
+                value = RowsSkipped.add(self.values[key], rows, invoke, value)
             elif invoke is not None:
-                value = self.runtime.rows.replace(self.values[key], invoke, value)
+                value = rows.replace(self.values[key], invoke, value)
             shown = request.value if use.skip else value      # a skip's own v, not the invokes' values it joins
             self.last_replacement = (use, hints.shape_of(self.values[key]), hints.shape_of(shown))
             self.values[key] = value
             return True, None
         if key in self.values:
-            raise self.runtime.scheduler.too_late(task, use)
+            raise self.runtime.too_late(task, use)
         return self._wait_for(module, key, task, request, use)
 
     def _wait_for(self, module, key, task, request, use):
-        if self.done and self.runtime.stopped_at is not None:
-            raise never_came_after_stop(use, diagnose.module_path(self.runtime.model, module) or use.target,
-                                        self.runtime.stopped_at, self.runtime.rows is not None)
+        runtime = self.runtime
+        if self.done and runtime.stopped_at is not None:
+            raise never_came_after_stop(use, diagnose.module_path(runtime.model, module) or use.target,
+                                        runtime.stopped_at, runtime.rows is not None)
         if self.done:
-            raise OrderError(diagnose.never_ran(use, module, self.runtime.model, after_forward=True), use.line)
+            raise OrderError(diagnose.never_ran(use, module, runtime.model, after_forward=True), use.line)
         if self.hook(module, use.kind) and self.model_running:
+            self.late_hooks = self.late_hooks or set()
             self.late_hooks.add(key)
         task.module = module              # the event that wakes the task is this module's
         self.requested.add(request.use)
-        return self.runtime.scheduler.park(key, task, request)
+        runtime.parked.setdefault(key, []).append((task, request))
+        return False, None
 
     def _module(self, task, request):
         """The module a request names: the one the task was parked on, when it is being woken."""
         module = task.module
-        if module is None:
-            return self.resolve(request.module, request.use)
-        task.module = None
+        if module is not None:
+            task.module = None
+            return module
+        try:                        # `resolve`, written out: this runs for every module a statement reads
+            module = request.module()
+        except PATH_ERRORS as error:
+            raise path_error(self, error, request.use)
+        if type(module).__name__ == "OptimizedModule":     # `model.output` of a torch.compile'd model
+            return compiled_inner(module) or module
         return module
 
     def resolve(self, thunk, use_id):
@@ -141,104 +143,125 @@ class ForwardEvents:
         try:
             module = thunk()
         except PATH_ERRORS as error:
-            raise self.path_error(error, use_id)
+            raise path_error(self, error, use_id)
         if type(module).__name__ == "OptimizedModule":     # `model.output` of a torch.compile'd model
             return compiled_inner(module) or module
         return module
 
-    def path_error(self, error: Exception, use_id) -> Exception:
-        """What to raise when finding a request's module raised `error` (one of PATH_ERRORS): an error that
-        says which step of its path is not in the model, or for `M.source.NAME`, the message with the line."""
-        if isinstance(error, (SiteError, NoSourceError)):
-            found = type(error)(error.detail, error.line or self.uses[use_id].line)
-            found.__suppress_context__ = True
-            return found
-        found = diagnose.module_path_error(self.uses[use_id], self.runtime.ns, error)
-        found.__cause__ = error
-        return found
-
-    def never_came(self, request) -> OrderError:
-        """The error for a statement still waiting on this event when the cell ends."""
-        use = self.uses[request.use]
-        module = self.resolve(request.module, request.use)
-        if self.runtime.stopped_at is not None:
-            return never_came_after_stop(use, diagnose.module_path(self.runtime.model, module) or use.target,
-                                         self.runtime.stopped_at, self.runtime.rows is not None)
-        if isinstance(module, Site) and module.table.reached(module) is False:
-            return OrderError(diagnose.site_not_reached(use, f"{module.table.label}.{module.name}"), use.line)
-        return never_ran(use, module, self.runtime.model, (id(module), use.kind) in self.late_hooks)
+    def _element(self, use_id: int, at: int):
+        """The module `PATH[at]` names: looked up in the model for a constant index, from the run's copy of PATH's
+        blocks for a loop's (elements.py), never a compiled one; None: evaluate the expression."""
+        held = self.held
+        if held is None:
+            held = self.held = {}
+        found = held.get(use_id)
+        ns = self.runtime.ns
+        if found is None:
+            spec = self.runtime.program.containers[use_id]
+            if not spec[2]:
+                found = find(ns, spec, at)
+                return None if type(found).__name__ == "OptimizedModule" else found     # unwrapped by _module
+            found = held[use_id] = hold(ns, spec) or False
+        return element(found, ns, at) if found else None
 
     # --- hooks ----------------------------------------------------------------------------------
 
-    def hook_targets(self, targets: list, namespace: dict) -> None:
+    def hook_targets(self, targets: list) -> None:
         """Hook, before the model runs, every event whose module can be found already, except a plain path
-        whose every use a statement already waits on (its module is hooked)."""
-        done = self.runtime.scheduler.finished
+        whose every use a statement already waits on (its module is hooked), and a hook loop's blocks."""
+        runtime, covered = self.runtime, self.covered
+        done, ns = runtime.finished, runtime.ns
         for target in targets:
             if target.uses and target.uses <= self.requested or target.needs and not target.needs <= done:
                 continue
-            for module in target_elements(target, namespace):
+            if covered and target.text in covered and target.every_element and target.keep is target.each is None:
+                continue                # a HookLoop's blocks, hooked as it started
+            modules = target_elements(target, ns)
+            if not modules:
+                self.logged = None     # its reads are hooked when asked for, so answered inside the hooks
+            for module in modules:
                 if isinstance(module, HOOKABLE):
                     self.hook(module, target.kind)
-
-    def watch(self, module: nn.Module, kind: str, callback, drop_values: bool = False,
-              prepend: bool = False, early=None) -> None:
-        """Call `callback(value)` at every firing of an event (for `cache(...)`), once the statements waiting on
-        it have run (with their edits), and `early(value)` before they run (one of them may start a backward
-        pass); with `drop_values`, the run keeps no value of its own for it unless a statement asks for it."""
-        key = (id(module), kind)
-        if self.hook(module, kind, prepend=prepend, for_statement=False) and drop_values:
-            self.cache_only.add(key)
-        self.sinks.setdefault(key, []).append(callback)
-        if early is not None:
-            self.early_sinks.setdefault(key, []).append(early)
 
     def hook(self, module: nn.Module, kind: str, prepend: bool = False, for_statement: bool = True) -> bool:
         """Hook one event of a module; True when the hook is new."""
         if for_statement and self.cache_only:
             self.cache_only.discard((id(module), kind))
-        if (id(module), "input" if kind == "inputs" else kind) in self.runtime.hooks:
+        hooks = self.runtime.hooks
+        if (id(module), "input" if kind == "inputs" else kind) in hooks:
             return False
         if kind == "output":
             key = (id(module), "output")
-            # Registered here, not through HookSet.add: this is every cell's hook, and the two calls add up.
-            self.runtime.hooks.forward_hook(key, module, partial(self._on_event, key), prepend)
+            if for_statement and self.answers_return and module is self.runtime.model and not (
+                    module._backward_hooks or module._backward_pre_hooks or torch_module._global_backward_hooks
+                    or torch_module._global_backward_pre_hooks):
+                # The model's own output: answered from what its call returns (Runtime._forward), as a hook of ours,
+                # which goes last, would see it; nothing of the model runs after that hook but the return. Not with
+                # a backward hook on the model, whose wrapping of the output comes after the forward hooks.
+                hooks[key] = RETURNED
+                self.returned = key
+                return True
+            # Registered here, not through HookSet.add: this is every cell's hook, and the two calls add up
+            hooks.forward_hook(key, module, partial(self._log_event if self.quiet else self._on_event, key), prepend)
             return True
         module_id = id(module)
 
         def on_input(mod, args, kwargs):
             return self._on_input(module_id, args, kwargs)
-        return self.runtime.hooks.add((module_id, "input"), lambda: module.register_forward_pre_hook(
+        return hooks.add((module_id, "input"), lambda: module.register_forward_pre_hook(
             on_input, with_kwargs=True, prepend=prepend))
+
+    # --- events ---------------------------------------------------------------------------------
 
     def _on_event(self, key, module, args, value):
         """An event fires: `value` is what the module returned or was called with. Called as a forward hook
-        (with `module` and `args`, unused) or from `_on_input` (with None for both)."""
-        if self.runtime.scheduler.in_statement:
+        (with `module` and `args`, unused), from `_on_input` or a replay (with None for both). Returns the
+        replacement, if a statement made one."""
+        runtime = self.runtime
+        if runtime.in_statement:
             return None         # a call the cell makes itself (a logit lens): not the model's own event
-        self.values[key] = value
+        values = self.values
+        values[key] = value
         if self.early_sinks and key in self.early_sinks:
             for callback in self.early_sinks[key]:
                 callback(value)
-        self.live.add(key)
-        try:
-            self.runtime.scheduler.deliver(key)
-        finally:
-            self.live.discard(key)
-        new = self.values[key]
-        if isinstance(new, torch.Tensor):
-            self.runtime.shapes[key] = tuple(new.shape)
+        waiting = runtime.parked.get(key)
+        if waiting is not None:
+            outer_live, self.live = self.live, key
+            try:
+                task, request = waiting[0]
+                if len(waiting) > 1 or type(request) is not Read or not self.quick:
+                    Scheduler.deliver(runtime, key)
+                else:            # one read waits, the common case: the core's delivery and `read`, written out
+                    del runtime.parked[key]
+                    outer, runtime.cause = runtime.cause, request.use
+                    try:
+                        task.cause, task.module = request.use, None
+                        runtime.timeline.append((task.index, request.use, runtime.phase))
+                        if type(value) is not Tensor:
+                            note_type(self, request.use, self.uses[request.use], value)
+                        (runtime._advance if task.loop is None else task.loop.advance)(task, value)
+                    finally:
+                        runtime.cause = outer
+            finally:
+                self.live = outer_live
+        new = values[key]
         if self.sinks and key in self.sinks:
-            for callback in self.sinks[key]:
-                callback(new)
-            if key in self.cache_only:
-                del self.values[key]      # the cache keeps its own copy: the run need not hold this one
+            self._to_sinks(key, new)
         if self.stopping and self.model_running:
             raise StopRun                 # stop() ran in this event's statements: no later module runs
         return new if new is not value else None
 
+    def _to_sinks(self, key, value) -> None:
+        for callback in self.sinks[key]:
+            callback(value)
+        if key in self.cache_only:
+            if isinstance(value, Tensor):
+                self.runtime.shapes[key] = tuple(value.shape)
+            del self.values[key]      # the cache keeps its own copy: the run need not hold this one
+
     def _on_input(self, module_id, args, kwargs):
-        if self.runtime.scheduler.in_statement:
+        if self.runtime.in_statement:
             return None
         new_pair = self._on_event((module_id, "inputs"), None, None, (args, kwargs))
         if new_pair is not None:
@@ -253,3 +276,25 @@ class ForwardEvents:
         if new_pair is None and new_first is None:
             return None
         return tuple(args), kwargs
+
+    # --- the deferred statement kind: a quiet cell (Program.quiet) --------------------------------------
+
+    def _log_event(self, key, module, args, value):
+        """A quiet cell's hook: the event, kept for `replay`, as raw hooks keep what they read. Once the run answers
+        inside the hooks (`logged` None: a target named nothing ahead, or a module called again, whose calls the log
+        would keep all of), it passes the event on."""
+        logged = self.logged
+        if logged is not None and not self.runtime.in_statement:
+            if key not in logged:
+                logged[key] = value
+                return None
+            self.replay()
+        return self._on_event(key, module, args, value)
+
+    def replay(self) -> None:
+        """Answer a quiet cell's statements from the events logged so far, in the order they came: what they would
+        have done inside the hooks, done later (nothing they do could change the model's run); from here on,
+        events are answered as they come."""
+        logged, self.logged = self.logged, None
+        for key, value in logged.items():
+            self._on_event(key, None, None, value)

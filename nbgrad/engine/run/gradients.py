@@ -8,6 +8,7 @@ from torch import nn
 
 from ...errors import diagnose
 from ...errors import GradError
+from ..compile.program import GradRead
 from .sites import Site
 from .targets import target_elements
 
@@ -41,8 +42,8 @@ class GradientEvents:
 
     def __init__(self, runtime):
         self.runtime = runtime
-        # Held here, read at every request: the runtime's Scheduler and ForwardEvents' values (a direct run is both)
-        self.scheduler = runtime.scheduler
+        # Held here, read at every request: the run's core (the run itself) and ForwardEvents' values
+        self.scheduler = runtime
         self.values = runtime.forward.values
         self.uses = runtime.program.uses
         self.passes = runtime.program.graph.passes
@@ -230,6 +231,27 @@ class GradientEvents:
                 self.runtime.hooks.replace(tensor_id, partial(register_grad_hook, tensor,
                                                               partial(self._on_grad, tensor_id)))
 
+    def _deliver(self, key, grad) -> None:
+        """A gradient has arrived: the core answers what waits for it. One read (not an edit) waiting, the common
+        case, is answered here with the gradient: the core's delivery and `read`, written out (bench/phases.py)."""
+        core = self.scheduler
+        waiting = core.parked.get(key)
+        if not waiting:
+            return
+        task, request = waiting[0]
+        if len(waiting) > 1 or type(request) is not GradRead or self.runtime.rows is not None \
+                or self.uses[request.use].write:
+            core.deliver(key)
+            return
+        del core.parked[key]
+        outer, core.cause = core.cause, request.use
+        try:
+            task.cause = request.use
+            core.timeline.append((task.index, request.use, core.phase))
+            core._advance(task, grad)
+        finally:
+            core.cause = outer
+
     def _on_grad(self, tensor_id, grad):
         if not self.running or self.scheduler.in_statement:
             return None         # no pass of the cell's, or autograd called by a statement's own code
@@ -237,7 +259,7 @@ class GradientEvents:
         self.grads[key] = grad
         self.live.add(key)
         try:
-            self.scheduler.deliver(("grad",) + key)
+            self._deliver(("grad",) + key, grad)
         finally:
             self.live.discard(key)
         final = self.grads[key]

@@ -1,7 +1,6 @@
 """The statement kind "loop of on-event functions": a loop that only edits or saves each block's output
 (compile/hookloops.py), its body called from each block's event as a raw hook would run it, instead of the statement
-resumed there. The core starts it (Scheduler.start_ready, with `hook_loops`); a part of DirectRun, whose attributes it
-uses.
+resumed there. The core starts it (Scheduler.start_ready, with `hook_loops`: `start_loop` is the Runtime's `_start_loop`).
 
 Each block gets a Task with `loop` set, parked on the block's event with the loop's own request, as the statement
 would have parked on it: the core's delivery reaches it (a statement earlier in the source that waits for the same
@@ -18,102 +17,111 @@ from .scheduler import Task
 
 
 class _Loop:
-    """What a loop's blocks share: its variable, body and use, how many blocks it has and which it takes next; for a
-    list, the name it is bound to, its elements so far and the blocks that came before their turn."""
-    __slots__ = ("name", "body", "use", "size", "next", "first", "result", "values", "early", "advance")
+    """What a loop's blocks share: its run, variable, body and use, how many blocks it has and which it takes next;
+    for a list, the name it is bound to, its elements so far and the blocks that came before their turn. `advance` is
+    what a block's event calls (the class's own method, so that a loop holds no reference to itself)."""
+    __slots__ = ("run", "name", "body", "use", "size", "next", "first", "result", "values", "early")
 
-
-class HookLoops:
-    """Starting a HookLoop, and each of its blocks' edits."""
-    __slots__ = ()
-
-    def _start_loop(self, node) -> bool:
-        """Park a Task on every block of the loop's PATH, before the model runs; False where the run cannot (PATH
-        no plain ModuleList now, `range` or `len` not the builtins, a block twice): the statement runs as written."""
-        loop, ns = node.loop, self.ns
-        if self.model_running or self.done:
-            return False
-        if loop.by_index and (ns.get("range", range) is not range or ns.get("len", len) is not len):
-            return False                           # (the cell's own: a loop of the statement's)
-        held = hold(ns, (loop.root, loop.attributes))
-        blocks = held[5] if held is not None else ()
-        distinct = set(map(id, blocks))
-        if not blocks or len(distinct) != len(blocks) or id(self.model) in distinct:
-            return False
-        state = _Loop()
-        state.name, state.body, state.use = loop.name, types.FunctionType(loop.body, ns), loop.use
-        state.size, state.next, state.result, state.values, state.early = len(blocks), 0, loop.result, [], {}
-        state.advance = self._step if loop.result is None else self._collect     # what a block's event calls
-        request, index, cause = Read(None, loop.use, None), node.spec.index, self.cause
-        parked, hooks = self.parked, self.hooks
-        for position, block in enumerate(blocks):
-            step = Task()
-            step.node, step.index, step.gen, step.cause, step.module = node, index, None, cause, block
-            step.grad_mode = None
-            step.loop, step.position, step.item = state, position, position if loop.by_index else block
-            key = (id(block), "output")
-            if key not in hooks:
-                self._hook(block, key)
-            parked.setdefault(key, []).append((step, request))
-        # What stands for the loop among the started tasks until its last block is done: no generator, and no
-        # reference to the loop, so that nothing of a run makes a cycle once its parked blocks are let go
-        state.first = first = Task()
-        first.node, first.index, first.gen, first.loop = node, index, None, None
-        self.tasks.append(first)
-        self.requested.add(loop.use)
-        self.covered = self.covered | {loop.path}      # its blocks are hooked: `_hook_targets` passes PATH over
-        return True
-
-    def _step(self, step: Task, value, error: Exception | None = None) -> None:
+    def step(self, step: Task, value, error: Exception | None = None) -> None:
         """A block of an edit loop returned `value`: the loop's body edits it (the core's `_advance`, for a block)."""
-        loop = step.loop
-        self.in_statement += 1
+        run = self.run
+        run.in_statement += 1
         try:
             if error is not None:
                 raise error
-            if step.position != loop.next:         # the model ran the blocks out of order: as the statement would
-                use = self.uses[loop.use]
+            if step.position != self.next:         # the model ran the blocks out of order: as the statement would
+                use = run.program.uses[self.use]
                 raise OrderError(diagnose.too_late(use, use), use.line)
-            self.ns[loop.name] = step.item
-            loop.body(value)
+            run.ns[self.name] = step.item
+            self.body(value)
         except BaseException:
-            self.failed = step.index if self.failed is None else self.failed
+            run.failed = step.index if run.failed is None else run.failed
             raise
         finally:
-            self.in_statement -= 1
-        loop.next += 1
-        if loop.next == loop.size:
-            self._loop_done(loop)
+            run.in_statement -= 1
+        self.next += 1
+        if self.next == self.size:
+            self.done()
 
-    def _collect(self, step: Task, value, error: Exception | None = None) -> None:
+    def collect(self, step: Task, value, error: Exception | None = None) -> None:
         """A block of a list of saved outputs returned `value`: its element, saved, in the list's order. A block that
         comes before its turn waits for it, as the statement's read would find its value kept."""
-        loop = step.loop
-        if error is None and step.position != loop.next:
-            loop.early[step.position] = (step, value)
+        if error is None and step.position != self.next:
+            self.early[step.position] = (step, value)
             return
-        while True:        # the body's call as `_step` makes it, written out: a helper would be a call more a block
-            self.in_statement += 1
+        run = self.run
+        while True:        # the body's call as `step` makes it, written out: a helper would be a call more a block
+            run.in_statement += 1
             try:
                 if error is not None:
                     raise error
-                loop.values.append(loop.body(value, step.item))
+                self.values.append(self.body(value, step.item))
             except BaseException:
-                self.failed = step.index if self.failed is None else self.failed
+                run.failed = step.index if run.failed is None else run.failed
                 raise
             finally:
-                self.in_statement -= 1
-            loop.next += 1
-            if loop.next not in loop.early:
+                run.in_statement -= 1
+            self.next += 1
+            if self.next not in self.early:
                 break
-            step, value = loop.early.pop(loop.next)
-        if loop.next == loop.size:
-            self.ns[loop.result] = loop.values
-            self._loop_done(loop)
+            step, value = self.early.pop(self.next)
+        if self.next == self.size:
+            run.ns[self.result] = self.values
+            self.done()
 
-    def _loop_done(self, loop: _Loop) -> None:
+    def done(self) -> None:
         """The loop's last block is done: the statement has finished."""
-        self.finished.add(loop.first.index)
-        self.tasks.remove(loop.first)
-        if self.unstarted:
-            self.start_ready()
+        run = self.run
+        run.finished.add(self.first.index)
+        run.tasks.remove(self.first)
+        if run.unstarted:
+            run.start_ready()
+
+
+class _EditLoop(_Loop):
+    """A loop that edits each block's output."""
+    __slots__ = ()
+    advance = _Loop.step
+
+
+class _ListLoop(_Loop):
+    """A list of each block's saved output."""
+    __slots__ = ()
+    advance = _Loop.collect
+
+
+def start_loop(run, node) -> bool:
+    """Park a Task on every block of the loop's PATH, before the model runs; False where the run cannot (PATH no plain
+    ModuleList now, `range` or `len` not the builtins, a block twice): the statement runs as written."""
+    loop, ns, forward = node.loop, run.ns, run.forward
+    if forward.model_running or forward.done:
+        return False
+    if loop.by_index and (ns.get("range", range) is not range or ns.get("len", len) is not len):
+        return False                           # (the cell's own: a loop of the statement's)
+    held = hold(ns, (loop.root, loop.attributes))
+    blocks = held[5] if held is not None else ()
+    distinct = set(map(id, blocks))
+    if not blocks or len(distinct) != len(blocks) or id(run.model) in distinct:
+        return False
+    state = _EditLoop() if loop.result is None else _ListLoop()
+    state.run, state.name, state.body, state.use = run, loop.name, types.FunctionType(loop.body, ns), loop.use
+    state.size, state.next, state.result, state.values, state.early = len(blocks), 0, loop.result, [], {}
+    request, index, cause = Read(None, loop.use, None), node.spec.index, run.cause
+    parked, hooks = run.parked, run.hooks
+    for position, block in enumerate(blocks):
+        step = Task()
+        step.node, step.index, step.gen, step.cause, step.module = node, index, None, cause, block
+        step.grad_mode = None
+        step.loop, step.position, step.item = state, position, position if loop.by_index else block
+        key = (id(block), "output")
+        if key not in hooks:
+            forward.hook(block, "output")
+        parked.setdefault(key, []).append((step, request))
+    # What stands for the loop among the started tasks until its last block is done: no generator, and no reference
+    # to the loop, so that nothing of a run makes a cycle once its parked blocks are let go
+    state.first = first = Task()
+    first.node, first.index, first.gen, first.loop = node, index, None, None
+    run.tasks.append(first)
+    forward.requested.add(loop.use)
+    forward.covered = forward.covered | {loop.path}      # its blocks are hooked: `hook_targets` passes PATH over
+    return True

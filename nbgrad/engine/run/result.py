@@ -84,23 +84,6 @@ class Result:
         return f"{type(self).__name__}({', '.join(f'{name}={getattr(self, name)!r}' for name in self.FIELDS)})"
 
 
-class SavedValues:
-    """Every value the cell saved, by id, with the label and line it was saved at."""
-
-    def __init__(self, scheduler):
-        self.scheduler = scheduler       # whose current statement says which invoke a value belongs to
-        self.by_id: dict = {}            # id -> (label, value, line)
-        self.invoke_of: dict = {}        # id -> index of the invoke whose statement saved it
-
-    def save(self, value, line=None, label=None):
-        """`x.save()` in the cell (the runtime's `save`): keep x after it."""
-        self.by_id[id(value)] = (label or f"line {line}", value, line or 0)
-        current = self.scheduler.current
-        if current is not None and current.node.spec.invoke is not None:
-            self.invoke_of[id(value)] = current.node.spec.invoke
-        return value
-
-
 def saved_by_name(by_id: dict, bound_names: frozenset, namespace: dict) -> dict:
     """Saved values in the order they were saved, under every name the cell bound them to."""
     names: dict = {}                 # id(value) -> every name the cell bound it to, alphabetically
@@ -134,10 +117,11 @@ def saved_by_name(by_id: dict, bound_names: frozenset, namespace: dict) -> dict:
     return named
 
 
-def run_result(by_id: dict, bound_names: frozenset, namespace: dict, graph, shapes: dict, grad_sources=None) -> Result:
-    """A direct run's Result, with what is named built when first read: `Result.saved` is `saved_by_name(...)` (a
+def run_result(by_id: dict, bound_names: frozenset, namespace: dict, graph, shapes: dict, grad_sources=None,
+               invoke_of=None) -> Result:
+    """A run's Result, with what is named built when first read: `Result.saved` is `saved_by_name(...)` (a
     loop of traces that reads its values from the namespace never builds it), and with gradients `Result.grad_pairs`
-    is `grad_pairs(...)`. Keeps what naming needs: the bound names of saved values and of containers that hold nothing
+    is `pairs_of(...)`. Keeps what naming needs: the bound names of saved values and of containers that hold nothing
     unsaved (a container that does is unbound from the namespace: its elements are named now), and with gradients
     the ids of every bound value (a traced value the cell did not save is unbound as the run ends) and a copy of the
     sources (the run clears its own). It runs cold, after the model's forward: one call does all of it."""
@@ -154,25 +138,13 @@ def run_result(by_id: dict, bound_names: frozenset, namespace: dict, graph, shap
             if holds_unsaved(value, by_id):
                 saved = saved_by_name(by_id, bound_names, namespace)
             kept[name] = value
+    saved_invokes = None
+    if invoke_of:            # which invoke saved each value: named now
+        saved = saved if saved is not None else saved_by_name(by_id, bound_names, namespace)
+        saved_invokes = {name: invoke_of[id(v)] for name, v in saved.items() if id(v) in invoke_of}
     return Result(saved if saved is not None else Later((saved_by_name, by_id, tuple(kept), kept)), graph, shapes,
-                  grad_pairs=None if bound_ids is None else Later((pairs_of, dict(grad_sources), bound_ids)))
-
-
-def names_by_id(bound_names: frozenset, namespace: dict) -> dict:
-    """id(value) -> every name the cell bound it to, alphabetically."""
-    names: dict = {}
-    for name in sorted(bound_names):
-        value = namespace.get(name, _MISSING)
-        if value is not _MISSING:
-            names.setdefault(id(value), []).append(name)
-    return names
-
-
-def grad_pairs(saved: dict, grad_sources: dict, bound_names: frozenset, namespace: dict) -> dict:
-    """Which saved values are gradients, and the name of the tensor each flowed into."""
-    if not grad_sources:
-        return {}
-    return pairs_of(saved, grad_sources, names_by_id(bound_names, namespace))
+                  grad_pairs=None if bound_ids is None else Later((pairs_of, dict(grad_sources), bound_ids)),
+                  saved_invokes=saved_invokes)
 
 
 def pairs_of(saved: dict, grad_sources: dict, bound_ids: dict) -> dict:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import torch
 
+from ...errors import OrderError
+from .skips import PARTIAL, skipped_for_invoke
+
 
 class InvokeRows:
     """Rows [start, stop) of the batch per invoke, and the row views handed out (to map `.grad` back)."""
@@ -68,3 +71,12 @@ def rebuilt(original: dict, items: dict):
         return type(original)(**items) if type(original) is not dict else items
     except TypeError:
         return items
+
+
+def rows_of(rows: InvokeRows, module, value, use, invoke: int):
+    """An invoke's rows of an event's value; an error where the invoke skipped a module around it."""
+    if PARTIAL and (skipped := skipped_for_invoke(module, invoke)) is not None:
+        raise OrderError(f"{use.target}.{use.kind} never came for this invoke: it skipped "
+                         f"{type(skipped).__name__} (`.skip(...)`), so nothing inside it ran at its rows "
+                         f"(it ran for the other invokes' rows)", use.line)
+    return rows.view(value, invoke)

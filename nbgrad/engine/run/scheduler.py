@@ -1,8 +1,8 @@
 """The run core: which statement runs when. It starts every node whose dependencies are done, resumes each one
 with the answer to its request (the one trampoline, `_advance`), parks it on the event it waits for, wakes it when
 that event fires, writes the timeline, says the first wait and a too-late write, and closes. Every run is this core:
-a Runtime holds one, a DirectRun is one (direct.py); what differs is the statement kinds the compiler gave the cell
-(docs/architecture.md) and the handlers that answer its requests."""
+a Runtime is one (runtime.py), with the statement kinds the compiler gave the cell (docs/architecture.md) and the
+homes of the events that answer its requests."""
 from __future__ import annotations
 
 import types
@@ -43,27 +43,16 @@ class Scheduler:
     means the handler parked the task (see `park`). `hook_loops`: a node with a loop of on-event functions
     (Node.loop) starts as one (`_start_loop`, hookloops.py) where the run can."""
     __slots__ = ("program", "ns", "pass_state", "handlers", "unstarted", "finished", "tasks", "parked", "cause",
-                 "in_statement", "current", "timeline", "phase", "forward_over", "failed")
-    hook_loops = False
+                 "in_statement", "current", "timeline", "phase", "forward_over", "failed", "hook_loops")
 
-    def __init__(self, program, namespace: dict, pass_state=()):
-        self.program = program
-        self.ns = namespace
-        self.pass_state = pass_state     # per backward pass: "pending" | "running" | "done"
-        self.handlers: dict = {}
-        self.unstarted = list(program.nodes)
-        self.finished: set = set()       # indices of finished nodes
-        self.tasks: list = []            # started, not finished
-        self.parked: dict = {}           # event key -> [(task, request)]
-        self.cause = None                # use id of the event being delivered now
-        # > 0 while a statement's own code runs: module calls it makes are plain calls, not events
-        self.in_statement = 0
-        self.current = None              # the task whose code runs now
-        self.timeline: list = []         # (node index, use id of the event that woke it or None, phase)
-        self.phase = BEFORE_MODEL        # where the run is now ("forward", "backward pass 0", ...)
-        # The model's forward call has returned (a backward pass may run inside it, from the model's own output)
-        self.forward_over = False
-        self.failed = None               # index of the node whose code raised
+    # What each slot holds; a run sets them as it is made (Runtime.__init__, with no call of its own): `program`, `ns`;
+    # `pass_state`: per backward pass, "pending" | "running" | "done"; `handlers`; `unstarted` nodes; `finished`: their
+    # indices; `tasks`: started, not finished; `parked`: event key -> [(task, request)]; `cause`: the use id of the
+    # event being delivered now; `in_statement`: > 0 while a statement's own code runs (module calls it makes are plain
+    # calls, not events); `current`: the task whose code runs now; `timeline`: (node index, use id of the event that
+    # woke it or None, phase); `phase`: where the run is ("forward", "backward pass 0", ...); `forward_over`: the
+    # model's forward call has returned (a backward pass may run inside it, from the model's own output); `failed`:
+    # the index of the node whose code raised; `hook_loops`: a loop of on-event functions may start as one
 
     def start_ready(self) -> None:
         """Start, in source order, every node whose dependencies have finished (and whose backward pass, for

@@ -7,13 +7,14 @@ from functools import partial
 
 import torch
 
-from ..compile.program import RUNTIME_NAME, GradRead, GradWrite, Read, Write
-from .cellstate import CellState
-from .claims import active_runtime
+from ..compile.program import RUNTIME_NAME, GradRead, GradWrite
+from ..run.cellstate import CellState
+from ..run.claims import active_runtime
 from ...errors import NbgradError
-from .forward import ForwardEvents
-from .gradients import GradientEvents, register_grad_hook
-from .runtime import Runtime
+from ..run.forward import ForwardEvents
+from ..run.gradients import GradientEvents, register_grad_hook
+from ..run.missing import never_came
+from ..run.runtime import Runtime
 
 
 def cell_statement_running() -> bool:
@@ -22,8 +23,7 @@ def cell_statement_running() -> bool:
     cell = active_runtime()
     if cell is None:
         return False
-    scheduler = getattr(cell, "scheduler", None)      # a Runtime counts in its scheduler, a direct run in itself
-    return (scheduler.in_statement if scheduler is not None else getattr(cell, "in_statement", 0)) > 0
+    return cell.in_statement > 0
 
 
 def of_the_edit(error: BaseException, label: str) -> BaseException:
@@ -72,20 +72,23 @@ class EditRun(Runtime):
     the backward pass that reaches the call's tensors after the call, so a run whose statements wait for
     gradients outlives the call (`awaits_gradients`) until they come or the model is called again."""
 
+    forward_events, gradient_events = _FirstEvents, _CallGradients
+
     def __init__(self, edit):
         self.label = edit.label
         self.edit_ref = weakref.ref(edit)
         super().__init__(edit.program, edit.namespace, model=edit.model)
-        self.forward = _FirstEvents(self)
-        self.scheduler.handlers.update({Read: self.forward.read, Write: self.forward.write})
+        if self._gradients is not None:
+            self._grad_handlers(self._gradients)
         self.stepping = True
         self.armed = False
 
     def _gradient_events(self) -> GradientEvents:
-        gradients = self.gradients = _CallGradients(self)
-        self.scheduler.pass_state = gradients.pass_state
-        self.scheduler.handlers.update({GradRead: partial(self._grad_request, gradients.read),
-                                        GradWrite: partial(self._grad_request, gradients.write)})
+        return self._grad_handlers(super()._gradient_events())
+
+    def _grad_handlers(self, gradients) -> GradientEvents:
+        self.handlers.update({GradRead: partial(self._grad_request, gradients.read),
+                              GradWrite: partial(self._grad_request, gradients.write)})
         return gradients
 
     def _grad_request(self, handler, task, request):
@@ -93,18 +96,18 @@ class EditRun(Runtime):
         gradient will come, so there is none to edit; the statement waits for nothing and closes with the call."""
         tensor = request.tensor
         if isinstance(tensor, torch.Tensor) and not tensor.requires_grad:
-            return self.scheduler.park(NO_GRAPH, task, request)
+            return self.park(NO_GRAPH, task, request)
         return handler(task, request)
 
     def arm(self) -> None:
-        self.scheduler.in_statement = 1        # until begin(): every event passes, as a cell's own calls do
+        self.in_statement = 1        # until begin(): every event passes, as a cell's own calls do
         self.ns[RUNTIME_NAME] = self           # `M.source.SITE` and `M.skip` targets open through it
-        self.forward.hook_targets(self.program.forward_targets, self.ns)
+        self.forward.hook_targets(self.program.forward_targets)
         self.armed = True          # last: a run an interrupt cut short while arming is armed again
 
     def begin(self) -> None:
         self._enter()
-        self.scheduler.in_statement = 0
+        self.in_statement = 0
         if self.program.mode == "backward":     # its one pass: whichever reaches the call's tensors
             self.gradients.pass_state[0] = "running"
             self.gradients.running.append(0)
@@ -114,13 +117,13 @@ class EditRun(Runtime):
         """The call has returned: a statement still waiting for a module's event waits for one that never came
         (said now); those waiting for a gradient wait for the backward pass."""
         self._forward_done()
-        waiting = [pair for key, pairs in self.scheduler.parked.items() if key[0] != "grad" and key != NO_GRAPH
+        waiting = [pair for key, pairs in self.parked.items() if key[0] != "grad" and key != NO_GRAPH
                    for pair in pairs]
         if waiting:
-            raise self.forward.never_came(min(waiting, key=lambda pair: pair[0].node.spec.index)[1])
+            raise never_came(self.forward, *min(waiting, key=lambda pair: pair[0].node.spec.index))
 
     def awaits_gradients(self) -> bool:
-        return any(key[0] == "grad" for key in self.scheduler.parked)
+        return any(key[0] == "grad" for key in self.parked)
 
     def close_awaiting(self) -> None:
         """Close a run whose gradients did not come before the next call of the model. Each tensor still waited
@@ -128,7 +131,7 @@ class EditRun(Runtime):
         edit it rather than let it pass unedited."""
         try:
             edit_ref, label = self.edit_ref, self.label
-            for key, pairs in list(self.scheduler.parked.items()):
+            for key, pairs in list(self.parked.items()):
                 tensor = self.gradients.hooked.get(key[1], (None,))[0] if key[0] == "grad" else None
                 if tensor is not None:
                     use = self.program.uses[pairs[0][1].use]

@@ -22,8 +22,8 @@ from torch import nn
 
 from ...errors import NbgradError, diagnose
 from .editstack import EditStack, stack_on, stacks
-from .forward import PATH_ERRORS
-from .runtime import Runtime
+from ..run.missing import PATH_ERRORS
+from ..run.runtime import Runtime
 from ..compile.program import RUNTIME_NAME
 
 
