@@ -107,3 +107,17 @@ def test_after_a_remote_cell_the_sidebar_shows_the_shapes_the_same_local_cell_sh
     big._actor = NoActor()          # the sidebar's later answers ask the actor nothing
     monkeypatch.setattr(ray, "get", asked)
     assert shapes_of(models({"big": big})[0]) == shapes_of(here)
+
+
+def test_the_sites_of_a_remote_models_module_are_listed_from_the_skeleton(monkeypatch):
+    big = in_process_handle(monkeypatch, nbgrad.load_model)
+    local = nbgrad.load_model()
+    big._actor = NoActor()
+    monkeypatch.setattr(ray, "get", asked)
+    there = comm.answer({"request": "sites", "path": "big.transformer.h[0].attn", "id": 3}, {"big": big})
+    here = comm.answer({"request": "sites", "path": "big.transformer.h[0].attn", "id": 3}, {"big": local})
+    assert there == here and "attention_interface_1" in there["sites"] and "error" not in there
+    missing = comm.answer({"request": "sites", "path": "big.transformer.h[9]"}, {"big": big})
+    assert missing["error"] == "ModuleList has no submodule '9'" and missing["sites"] == []
+    assert comm.answer({"request": "sites", "path": "odd.attn"}, {"odd": Marked(object())})["error"] == \
+        "no model named 'odd' in the kernel"

@@ -131,3 +131,22 @@ def test_what_a_run_may_not_reach_or_does_not_refuse_goes_to_the_actor(counted, 
         except Exception as error:
             outcomes.append((type(error), str(error)))
     assert outcomes[0] == outcomes[1] and actor.calls == ["run"]
+
+
+class NoActor:
+    def __getattr__(self, name):
+        raise AssertionError(f"the actor was asked for {name!r}")
+
+
+def test_source_and_names_of_a_remote_model_read_the_skeleton(counted, local, shell, capsys):
+    big, _ = counted
+    big._actor = NoActor()
+    printed = {}
+    for name, model in (("there", big), ("here", local)):
+        shell.user_ns["big"] = model
+        shell.run_line_magic("source", "big.transformer.h[0].attn")
+        shell.run_line_magic("names", "big")
+        printed[name] = capsys.readouterr().out
+    shell.user_ns.pop("big")
+    assert printed["there"] == printed["here"] and "attention_interface_1" in printed["there"]
+    assert "big.layers[i].resid_post" in printed["there"]
