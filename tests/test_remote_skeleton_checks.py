@@ -70,6 +70,16 @@ TYPOS = {
 }
 
 
+def test_a_misspelled_event_of_a_site_is_the_local_error_and_nothing_is_sent(counted, local):
+    big, actor = counted
+    source = "x = 1\np = big.transformer.h[0].attn.source.attention_interface_1.outptu.save()\n"
+    there, here = raised(big, source), raised(local, source)
+    assert (type(there), str(there)) == (type(here), str(here)) == (AttributeError, (
+        "the site GPT2Attention.source.attention_interface_1 has no attribute 'outptu': a site has .output, .input, "
+        ".inputs, .grad and .source"))
+    assert cell_line(there) == cell_line(here) == 2 and actor.calls == [] and big.stats() == []
+
+
 @pytest.mark.parametrize("source, meant", TYPOS.values(), ids=TYPOS.keys())
 def test_a_misspelled_event_is_the_local_error_and_nothing_is_sent(counted, local, source, meant):
     big, actor = counted

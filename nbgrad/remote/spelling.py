@@ -1,6 +1,6 @@
-"""A misspelled event of a remote model's module (`big.transformer.h[0].outptu`, `.skp(v)`, `.inptu`), found on the
-skeleton before the cell is sent: the AttributeError the local run raises at that line, with the same note ("did
-you mean `.output`?").
+"""A misspelled event of a remote model's module (`big.transformer.h[0].outptu`, `.skp(v)`, `.inptu`) or of a site
+(`M.source.SITE.outptu`), found on the skeleton before the cell is sent: the AttributeError the local run raises at
+that line, with the same note ("did you mean `.output`?"; a site's error says what a site has).
 
 Only what a run surely reaches is checked (the cell's statements, `with` blocks and loops over modules, not an `if`
 or a function's body), and only an attribute near an event's name that the module does not have and the cell
@@ -8,12 +8,19 @@ never sets: what a run would also have found, and nothing a run would not."""
 from __future__ import annotations
 
 import ast
+import copy
 import difflib
 
 from torch import nn
 
+from ..engine.compile.program import RUNTIME_NAME
+from ..engine.compile.siteaccess import open_sources
+from ..engine.run.runtime import Runtime
+from ..engine.run.sites import Site
 from ..errors import cell_traceback
 from ..errors.hints import EVENT_LIKE, note_misspelled_event
+
+SITE_EVENTS = (*EVENT_LIKE, "grad")        # a site's: `M.source.SITE.grad` is its value's gradient
 
 # The nodes of a plain path (`big.transformer.h[0]`, `blocks[-1]`): evaluating one runs no code of the notebook's
 _PATH_NODES = (ast.Name, ast.Attribute, ast.Subscript, ast.Constant, ast.UnaryOp, ast.USub, ast.Slice, ast.Tuple,
@@ -30,12 +37,15 @@ def check_event_names(text: str, names: dict, filename: str, skeleton: nn.Module
     modules = {id(module) for module in skeleton.modules()}
     known = {name: value for name, value in names.items() if bound.get(name, 0) == 0}
     for node, scope in sorted(reached(tree.body, known, bound), key=lambda found: (found[0].lineno,
-                                                                                     found[0].col_offset)):
-        if node.attr in set_attributes or node.attr in EVENT_LIKE or \
-                not difflib.get_close_matches(node.attr, EVENT_LIKE, n=1, cutoff=0.6):
+                                                                                    found[0].col_offset)):
+        if node.attr in set_attributes or node.attr in SITE_EVENTS or \
+                not difflib.get_close_matches(node.attr, SITE_EVENTS, n=1, cutoff=0.6):
             continue
-        module = value_of(node.value, scope)
-        if id(module) in modules and not hasattr(module, node.attr):
+        value = value_of(node.value, scope)
+        site = isinstance(value, Site)          # `M.source.SITE.outptu`: the site's own error
+        owner, events = (value.table.root.module_ref(), SITE_EVENTS) if site else (value, EVENT_LIKE)
+        if id(owner) in modules and difflib.get_close_matches(node.attr, events, n=1, cutoff=0.6) and \
+                not hasattr(value, node.attr):
             raise _raised(node, scope, filename)
 
 
@@ -119,15 +129,20 @@ def value_of(node: ast.AST, scope: dict, unknown=None):
     if not all(isinstance(part, _PATH_NODES) for part in ast.walk(node)):
         return unknown
     try:
-        return eval(compile(ast.Expression(node), "<path>", "eval"), dict(scope))
+        return eval(compile(ast.Expression(_opened(node)), "<path>", "eval"), {**scope, RUNTIME_NAME: Runtime})
     except Exception:
         return unknown
+
+
+def _opened(node: ast.expr) -> ast.expr:
+    """The expression as a run evaluates it: `X.source` is `__nbgrad__.source_of(X)` (compile/siteaccess.py)."""
+    return open_sources(ast.Module(body=[ast.Expr(copy.deepcopy(node))], type_ignores=[])).body[0].value
 
 
 def _raised(node: ast.Attribute, scope: dict, filename: str) -> AttributeError:
     """The module's own AttributeError, raised at the cell's line (a frame of `filename`), with the run's note."""
     try:
-        eval(compile(ast.Expression(node), filename, "eval"), dict(scope))
+        eval(compile(ast.Expression(_opened(node)), filename, "eval"), {**scope, RUNTIME_NAME: Runtime})
     except AttributeError as error:
         note_misspelled_event(error)
         return error.with_traceback(cell_traceback(error.__traceback__))
