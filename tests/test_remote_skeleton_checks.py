@@ -160,3 +160,11 @@ def test_source_and_names_of_a_remote_model_read_the_skeleton(counted, local, sh
     shell.user_ns.pop("big")
     assert printed["there"] == printed["here"] and "attention_interface_1" in printed["there"]
     assert "big.layers[i].resid_post" in printed["there"]
+
+
+def test_nbgrad_source_of_a_remote_module_lists_the_skeletons_forward(counted, local):
+    big, _ = counted
+    big._actor = NoActor()
+    there = nbgrad.source(big.transformer.h[0].attn)
+    assert there == nbgrad.source(local.transformer.h[0].attn) and there.names[0] in there
+    assert nbgrad.source(big).names == nbgrad.source(local).names

@@ -6,7 +6,8 @@ import re
 
 from torch import nn
 
-from ..engine.run.listing import listing
+from ..api import source as listing
+from ..models.skeleton import on_skeleton
 
 MAX_SITES = 500
 _STEP = re.compile(r"\.([A-Za-z_]\w*)|\[(\d+)\]")
@@ -34,7 +35,7 @@ def module_at(path: str, namespace: dict) -> nn.Module:
 def _skeleton_or_module(value):
     """A remote model's skeleton (its forwards are the actor's model's), or the value itself."""
     try:
-        return value.nbgrad_skeleton if isinstance(getattr(type(value), "nbgrad_skeleton", None), property) else value
+        return on_skeleton(value)
     except Exception:          # a handle that cannot say: no model
         return None
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
-from ..engine.run.listing import listing
+from ..api import source as listing
+from ..models.skeleton import on_skeleton
 from ..names import listing as names_listing
 from .magic_line import evaluate
 
@@ -25,7 +26,7 @@ class SourceMagics(Magics):
             raise UsageError(f"`{expression}` is a site, and `.source` exists only inside a %%trace cell. "
                              f"`%source {owner}` lists the sites of its forward; the function a call site calls "
                              f"is known only while the model runs: give that function to %source")
-        print(listing(on_skeleton(evaluate(expression, self.shell.user_ns, "MODULE"))))
+        print(listing(evaluate(expression, self.shell.user_ns, "MODULE")))
 
     @line_magic
     def names(self, line: str):
@@ -34,10 +35,3 @@ class SourceMagics(Magics):
         if not expression:
             raise UsageError("%names MODEL: give a model of a known family (nbgrad.names.FAMILIES)")
         print(names_listing(on_skeleton(evaluate(expression, self.shell.user_ns, "MODEL")), expression))
-
-
-def on_skeleton(value):
-    """A remote model (nbgrad.remote's handle) or one of its modules: the skeleton's module it stands for, whose
-    forward and tree are the actor's model's; anything else as it is."""
-    skeleton = getattr(type(value), "nbgrad_skeleton", None)
-    return value.nbgrad_skeleton if isinstance(skeleton, property) else value
