@@ -168,3 +168,21 @@ def test_nbgrad_source_of_a_remote_module_lists_the_skeletons_forward(counted, l
     there = nbgrad.source(big.transformer.h[0].attn)
     assert there == nbgrad.source(local.transformer.h[0].attn) and there.names[0] in there
     assert nbgrad.source(big).names == nbgrad.source(local).names
+
+
+def test_no_cell_form_of_the_tutorials_is_refused_by_the_skeleton_checks(monkeypatch):
+    """The checks refuse only what a run refuses: every tutorial cell form (tests/scan_cells.py), which runs on a
+    local model, passes them, and they ask the actor nothing."""
+    from nbgrad.remote.pathcheck import check_paths
+    from scan_cells import GENERATE_CELLS, TRACE_CELLS, for_model, namespace
+
+    def build():
+        return nbgrad.load_model(attn_implementation="eager")
+    monkeypatch.setattr(ray, "get", lambda answer: answer)
+    actor = Counted(ModelHolder(build))
+    big = RemoteModel(build, {}, actor=actor)
+    actor.calls.clear()
+    names = {**namespace(build()), "model": big, "blocks": big.transformer.h}
+    for _, _, source, _ in TRACE_CELLS + GENERATE_CELLS:
+        check_paths(big, for_model(source, "gpt2"), dict(names))
+    assert actor.calls == []
