@@ -1,5 +1,5 @@
 """nbgrad: see and change activations and gradients inside PyTorch models, from a notebook."""
-from .api import backward, edit, run_with_cache, save, show, trace
+from .api import backward, edit, run_with_cache, save, show, source, trace
 from . import datasets  # noqa: F401  (puts the runner of `over=DATASET` into api.trace)
 from .attribution import Attribution, attribute, attribution_patching
 from .errors import GradError, InputError, ModulePathError, NbgradError, OrderError
@@ -9,7 +9,6 @@ from .remote import RemoteModel, Scan, remote, scan
 from .engine.run.result import Result
 from .engine.run.cache import Cache
 from .engine.edit.edits import Edit
-from .engine.run.listing import listing as source
 from .views.attention import attention_pattern
 
 __version__ = "0.1.0"

@@ -15,6 +15,7 @@ from .engine.compile.unroll import NeedsElements
 from .engine.run import checks
 from .engine.run.cache import Cache
 from .engine.run.result import Result
+from .engine.run.listing import listing
 from .engine.edit.edits import Edit, install, names_read
 from .engine.run.moduletree import compiled_inner
 from .engine.run.rows import InvokeRows
@@ -25,6 +26,7 @@ from .models.batching import batch_invokes
 from .models.cell import call_options, default_namespace, invoke_inputs, model_to_trace
 from .models.inputs import call_arguments, input_ids_of
 from .models.loading import remember
+from .models.skeleton import on_skeleton
 from .names import mentions_canonical, rewrite_of
 from .names.rewrite import eager_attention, wrap_caches
 from .views.cache import CachePanel
@@ -79,6 +81,13 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
     result = run.run_trace(args, kwargs)
     result.input_ids, result.invokes = ids, values
     return result
+
+
+def source(target):
+    """The source of a module's forward (or of a Python function) with each site's name beside its line, as
+    `M.source.NAME` takes it in a cell (`%source M`). A remote model's module is listed from the notebook's
+    skeleton; `.names` holds the site names in source order."""
+    return listing(on_skeleton(target))
 
 
 def _options(arguments: dict) -> dict:

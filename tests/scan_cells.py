@@ -47,6 +47,10 @@ TRACE_CELLS = [
     ("cache", "prompt", "c = cache()\n", {}),
     ("cache with grads", "prompt", "g = cache('GLOB', grads=True)\nmodel.output.logits[0, -1].max().backward()\n",
      {}),
+    ("cache of the notebook's modules", "prompt", "g = cache(blocks, grads=True)\n"
+                                                  "model.output.logits[0, -1].max().backward()\n", {}),
+    ("a gradient after a backward call", "prompt", "h = BLOCKS[1].output\nmodel.output.logits[0, -1].max().backward()\n"
+                                                   "grad = h.grad.save()\n", {}),
     ("loops over modules", "prompt", "backwards = [b.output.save() for b in reversed(BLOCKS)]\n"
                                      "outer = {n: m.output.save() for n, m in model.named_modules() "
                                      "if n in ('ROOT', 'BLOCK0')}\n", {}),
@@ -73,6 +77,11 @@ TRACE_CELLS = [
      {"no_grad": True}),
     ("canonical names", "ids", "resid = [model.layers[i].resid_post[0, -1].save() for i in range(model.n_layers)]\n"
                                "c = cache(names='canonical')\nlogits = model.logits[0, -1].save()\n", {}),
+    ("canonical cache with grads", "prompt", "cc = cache('layers.*', names='canonical', grads=True)\n"
+                                             "model.logits[0, -1].max().backward()\n", {}),
+    ("canonical pattern edited", "prompt", "same = model.layers[0].attn.pattern.save()\n"
+                                           "q = model.layers[0].attn.q.save()\nmodel.layers[0].attn.pattern[:, 1] = 0\n"
+                                           "canonical_ablated = model.logits.save()\n", {"no_grad": True}),
     ("canonical values", "prompt", "p = model.layers[0].attn.pattern.save()\nq = model.layers[1].attn.q.save()\n"
                                    "with model.logits[0, -1].max().backward():\n"
                                    "    g = model.layers[0].resid_mid.grad.save()\n", {}),
@@ -120,7 +129,8 @@ def namespace(model) -> dict:
              "clean": "The Eiffel Tower is in", "corrupt": "The Colosseum is in", "target": 5, "answer": 3, "wrong": 4,
              "k": 1, "n_layers": 2, "n_pos": 2, "direction": torch.randn(width, generator=generator),
              "table": ["The cat sat", "Paris is the capital of", "One, two,"],
-             "ids": tokenizer("The Eiffel Tower is", return_tensors="pt").input_ids}
+             "ids": tokenizer("The Eiffel Tower is", return_tensors="pt").input_ids,
+             "blocks": model.transformer.h if hasattr(model, "transformer") else model.model.layers}
     length = tokenizer(names["clean"], return_tensors="pt").input_ids.shape[1]
     names["acts"] = [torch.randn(1, length, width, generator=generator) for _ in range(2)]    # a clean run's blocks
     return names

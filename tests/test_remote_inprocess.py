@@ -230,3 +230,19 @@ def test_a_copy_the_actor_keeps_pickles_as_a_plain_tensor(big, tmp_path):
     with pytest.raises(nbgrad.GradError, match="does not require grad"):      # a plain tensor: refused as locally
         nbgrad.backward(loaded, "", {"loaded": loaded})
     assert not __import__("copy").deepcopy(namespace["h"]).nbgrad_kept and namespace["h"].nbgrad_kept
+
+
+def test_weights_never_travel_and_what_does_is_counted(big):
+    """SPEC 3d: a one-read cell moves its saved value and its text, within 2x, never the weights; a cell that binds
+    a weight-sized value is counted as such (the count sees what travels)."""
+    source = "h = big.transformer.h[1].output.save()\n"
+    namespace = {"big": big}
+    nbgrad.trace(big, PROMPT, source, namespace)
+    cell = big.stats()[-1]
+    moved = cell["sent"] + cell["received"]
+    least = namespace["h"].numel() * namespace["h"].element_size() + len(source.encode())
+    assert cell["cell"] == source.strip() and least <= moved <= 2 * least, cell
+    assert moved < big.weight_bytes / 100
+    nbgrad.trace(big, PROMPT, "w = (big.transformer.wte.weight * 1).save()\n", namespace)
+    embedding = namespace["w"].numel() * namespace["w"].element_size()
+    assert big.stats()[-1]["received"] >= embedding > big.weight_bytes / 20

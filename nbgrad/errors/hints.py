@@ -37,6 +37,15 @@ def add_hints(error: BaseException, events) -> None:
         pass
 
 
+def note_misspelled_event(error: BaseException) -> None:
+    """Add to `error` (raised by a module's attribute lookup in a cell's frame) the note a run adds to a misspelled
+    event, for a check made before any run (a remote model's skeleton)."""
+    hint = _misspelled_event(error)
+    if hint:
+        error.add_note(f"nbgrad: {hint}")
+        error._nbgrad_hinted = True
+
+
 def _event_outside_the_cell(error) -> str | None:
     """`.output` read inside a function nbgrad does not run as part of the cell: a plain AttributeError."""
     found = _NO_EVENT.search(str(error)) if isinstance(error, AttributeError) else None

@@ -81,9 +81,11 @@ def answer(data, namespace: dict) -> dict:
 
 
 def after_cell(shell, model, result) -> None:
-    """Remember the shapes a trace saw, for the sidebar."""
-    if model is not None and result is not None:
-        _last_shapes[model] = dict(result.shapes)
+    """Remember the shapes a trace saw, for the sidebar: a remote model's under its skeleton, whose tree the sidebar
+    draws (the actor's Result gives them by module path; the notebook's Result by the skeleton's modules)."""
+    tree = _tree_of(model) if model is not None else None
+    if tree is not None and result is not None:
+        _last_shapes[tree] = dict(result.shapes)
 
 
 def models_in(namespace: dict) -> list:

@@ -6,7 +6,8 @@ import re
 
 from torch import nn
 
-from ..engine.run.listing import listing
+from ..api import source as listing
+from ..models.skeleton import on_skeleton
 
 MAX_SITES = 500
 _STEP = re.compile(r"\.([A-Za-z_]\w*)|\[(\d+)\]")
@@ -15,9 +16,10 @@ _STEP = re.compile(r"\.([A-Za-z_]\w*)|\[(\d+)\]")
 def module_at(path: str, namespace: dict) -> nn.Module:
     """The module a tree path names: a namespace name, then `.child` and `[index]` steps."""
     root = re.match(r"[A-Za-z_]\w*", path)
-    if root is None or not isinstance(namespace.get(root.group()), nn.Module):
+    module = _skeleton_or_module(namespace.get(root.group())) if root is not None else None
+    if not isinstance(module, nn.Module):
         raise LookupError(f"no model named {path.split('.')[0][:40]!r} in the kernel")
-    module, rest = namespace[root.group()], path[root.end():]
+    rest = path[root.end():]
     steps = list(_STEP.finditer(rest))
     if "".join(step.group() for step in steps) != rest:
         raise LookupError("a module path is names and [indices] only")
@@ -28,6 +30,14 @@ def module_at(path: str, namespace: dict) -> nn.Module:
             raise LookupError(f"{type(module).__name__} has no submodule {name!r}")
         module = child
     return module
+
+
+def _skeleton_or_module(value):
+    """A remote model's skeleton (its forwards are the actor's model's), or the value itself."""
+    try:
+        return on_skeleton(value)
+    except Exception:          # a handle that cannot say: no model
+        return None
 
 
 def sites_reply(path, ident, namespace: dict) -> dict:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
-from ..engine.run.listing import listing
+from ..api import source as listing
+from ..models.skeleton import on_skeleton
 from ..names import listing as names_listing
 from .magic_line import evaluate
 
@@ -33,4 +34,4 @@ class SourceMagics(Magics):
         expression = line.strip()
         if not expression:
             raise UsageError("%names MODEL: give a model of a known family (nbgrad.names.FAMILIES)")
-        print(names_listing(evaluate(expression, self.shell.user_ns, "MODEL"), expression))
+        print(names_listing(on_skeleton(evaluate(expression, self.shell.user_ns, "MODEL")), expression))

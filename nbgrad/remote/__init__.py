@@ -18,20 +18,37 @@ def remote(name_or_factory=None, *, num_gpus=None, resources=None, runtime_env=N
            **load_kwargs) -> RemoteModel:
     """A handle for a model held by one Ray actor: a hub name or path (None: the embedded default) is loaded
     there with `nbgrad.load_model(name, **load_kwargs)`, a function is called there and returns the model.
-    `name=` makes the actor named and detached; `nbgrad.remote(name=...)` alone attaches to it."""
-    import ray
-    connected()
-    if name_or_factory is None and name is not None and not load_kwargs:
-        try:
-            return RemoteModel(None, {"name": name}, actor=ray.get_actor(name, namespace=NAMESPACE))
-        except ValueError:
-            pass              # no actor by that name yet: make it, with the embedded default model
-    build = _builder(name_or_factory, load_kwargs)
+    `name=` makes the actor named and detached; `nbgrad.remote(name=...)` alone attaches to the model that
+    another notebook made under that name (an error when there is none: it says what to pass to make it)."""
     options = {key: value for key, value in (("num_gpus", num_gpus), ("resources", resources),
                                              ("runtime_env", runtime_env)) if value is not None}
+    if name_or_factory is None and name is not None:
+        return _attached(name, sorted(options) + sorted(load_kwargs))
+    connected()
+    build = _builder(name_or_factory, load_kwargs)
     if name is not None:
         options.update(name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True)
     return RemoteModel(build, options)
+
+
+def _attached(name: str, given: list) -> RemoteModel:
+    """`nbgrad.remote(name=...)`: a handle on the named actor another notebook made."""
+    import ray
+    make = (f"to make it, pass the model too: nbgrad.remote(\"gpt2\", name={name!r}) (a hub name or a path), "
+            f"nbgrad.remote(factory, name={name!r}) (a function that returns the model), or "
+            f"nbgrad.remote(nbgrad.load_model, name={name!r}) for the embedded default model")
+    if given:
+        raise NbgradError(f"nbgrad.remote(name={name!r}) alone attaches to the model another notebook made under "
+                          f"that name, whose actor is made already: {', '.join(given)} apply only when a model is "
+                          f"made; {make}")
+    connected()
+    try:
+        actor = ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        raise NbgradError(f"no remote model is named {name!r} on this cluster (Ray namespace {NAMESPACE!r}): "
+                          f"nbgrad.remote(name={name!r}) attaches to one that another notebook made and that is "
+                          f"still running; {make}") from None
+    return RemoteModel(None, {"name": name}, actor=actor)
 
 
 def _builder(name_or_factory, load_kwargs: dict):

@@ -20,7 +20,8 @@ def run_cell(handle, kind: str, input, source: str, namespace, options: dict):
         return _result(kind, {}, program.graph)
     options.pop("quiet", None)
     namespace = namespace if namespace is not None else {"model": handle, "torch": torch}
-    check_paths(handle, source, namespace)        # a path not in the model: said here, nothing sent
+    check_paths(handle, source, namespace,        # a path not in the model: said here, nothing sent
+                autograd=kind == "trace" and not options.get("no_grad"))
     if kind == "trace" and options.get("over") is not None:
         from .batches import trace_over_remote
         return trace_over_remote(handle, source, namespace, options)

@@ -115,6 +115,11 @@ class RemoteModel:
         return self.skeleton.modules()
 
     @property
+    def nbgrad_skeleton(self):
+        """The skeleton (what `%source`, `%names` and the sidebar read, without the actor)."""
+        return self.skeleton
+
+    @property
     def config(self):
         return getattr(self.skeleton, "config", None)
 

@@ -29,6 +29,11 @@ class RemotePath:
     def __init__(self, handle, path: str, module: nn.Module):     # handle: the RemoteModel
         self._handle, self._path, self._module = handle, path, module
 
+    @property
+    def nbgrad_skeleton(self) -> nn.Module:
+        """The skeleton's module this one stands for (what `%source` and the sidebar read, without the actor)."""
+        return self._module
+
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)

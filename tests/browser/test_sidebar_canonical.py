@@ -1,7 +1,8 @@
 """Canonical names and remote models in the sidebar. A GPT-2 model's modules show their canonical names beside their
 own (`layers[3].attn` beside `attn` under `transformer.h.3`): a click on the name inserts the module's own path, on
 its canonical name the canonical path, and a block's values (`resid_post`...) insert theirs; a model of no known family inserts its own paths.
-A remote model is listed with its "remote" mark and where it lives: the handle is nbgrad's own RemoteModel, its
+A remote model is listed with its "remote" mark and where it lives, and after a cell ran on it its rows show that
+run's shapes, as the local model's rows do after the same cell: the handle is nbgrad's own RemoteModel, its
 actor a ModelHolder in the kernel's process (`ray.get` answers at once), as Ray would reach it on a cluster."""
 from labtools import run_notebook, screenshot
 
@@ -19,6 +20,9 @@ REMOTE = ("import ray\n"
           "    def __getattr__(self, name): return Call(getattr(self.holder, name))\n"
           "ray.get = lambda answer: answer\n"
           "big = RemoteModel(nbgrad.load_model, {'name': 'shared'}, actor=Here(ModelHolder(nbgrad.load_model)))")
+# The same one-read cell on the remote model and on the local one: the sidebar shows the same shape on both rows
+TRACED = ('%%trace big "The Eiffel Tower is in" -q\nh = big.transformer.h[1].output.save()',
+          '%%trace model "The Eiffel Tower is in" -q\nh = model.transformer.h[1].output.save()')
 SOURCE = "i => window.jupyterapp.shell.currentWidget.content.widgets[i].model.sharedModel.getSource()"
 SIDEBAR = "#nbgrad-sidebar"
 
@@ -40,25 +44,25 @@ def _inserted(page, cell, click):
 
 
 def test_canonical_names_are_shown_and_a_click_inserts_the_canonical_path(lab, page):
-    run_notebook(page, lab, "canonical.ipynb", [SETUP, REMOTE, ""])
+    run_notebook(page, lab, "canonical.ipynb", [SETUP, REMOTE, *TRACED, ""])
     page.evaluate("() => window.jupyterapp.shell.activateById('nbgrad-sidebar')")
     row = f'{SIDEBAR} .nbgrad-node-row[data-path="model.transformer.h[3].attn"]'
     _open_tree(page, f"{row} .nbgrad-canonical")
     assert page.locator(f"{row} .nbgrad-canonical").inner_text() == "layers[3].attn"
     name = page.locator(f'{SIDEBAR} .nbgrad-node[data-path="model.transformer.h[3].attn"]')
-    assert _inserted(page, 2, name.click) == "model.transformer.h[3].attn.output"     # its own path, as SPEC §7 says
+    assert _inserted(page, 4, name.click) == "model.transformer.h[3].attn.output"     # its own path, as SPEC §7 says
     tag = page.locator(f"{row} .nbgrad-canonical")
-    assert _inserted(page, 2, tag.click) == "model.layers[3].attn.output"
+    assert _inserted(page, 4, tag.click) == "model.layers[3].attn.output"
     chip = page.locator(f'{SIDEBAR} .nbgrad-canonical[data-canonical="model.layers[3]"]')
-    assert _inserted(page, 2, chip.click) == "model.layers[3].output"
+    assert _inserted(page, 4, chip.click) == "model.layers[3].output"
     values = page.locator(f'{SIDEBAR} .nbgrad-values[data-path="model.transformer.h[3]"] .nbgrad-value')
     assert values.all_inner_texts() == ["resid_pre", "resid_mid", "resid_post"]
-    assert _inserted(page, 2, values.nth(2).click) == "model.layers[3].resid_post"
+    assert _inserted(page, 4, values.nth(2).click) == "model.layers[3].resid_post"
     assert page.locator(f'{SIDEBAR} .nbgrad-values[data-path="model"] .nbgrad-value').all_inner_texts() == ["logits"]
     # A model of no known family: its own paths, no canonical names.
     net = page.locator(f'{SIDEBAR} .nbgrad-node[data-path="net[0]"]')
     assert page.locator(f'{SIDEBAR} .nbgrad-node-row[data-path="net[0]"] .nbgrad-canonical').count() == 0
-    assert _inserted(page, 2, net.click) == "net[0].output"
+    assert _inserted(page, 4, net.click) == "net[0].output"
     _assert_on_one_line(page, row)
     page.locator(f'{SIDEBAR} .nbgrad-values[data-path="model.transformer.h[3]"]').scroll_into_view_if_needed()
     screenshot(page, "sidebar-canonical")
@@ -77,6 +81,11 @@ def _assert_remote(page):
                         " c.getBoundingClientRect().right > edge + 0.5).map(c => c.textContent); }", row)
     assert cut == [], cut                    # the mark and where the model lives are shown whole
     assert page.locator(f'{SIDEBAR} .nbgrad-canonical[data-canonical="big.layers[0].mlp"]').count() == 1
+    shape = f'{SIDEBAR} .nbgrad-node-row[data-path="big.transformer.h[1]"] .nbgrad-shape'
+    _open_tree(page, shape)              # the remote cell's shapes: as the same cell's on the local model
+    local = page.locator(f'{SIDEBAR} .nbgrad-node-row[data-path="model.transformer.h[1]"] .nbgrad-shape')
+    assert page.locator(shape).inner_text() == local.inner_text()
+    assert local.inner_text().startswith("out [1, ") and local.inner_text().endswith(", 128]")
     screenshot(page, "sidebar-remote")
 
 

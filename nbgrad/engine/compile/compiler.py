@@ -29,6 +29,7 @@ from .targets import forward_targets
 from .siteaccess import open_sources
 from .unroll import LOOP_PREFIX, misplaced_invoke, source_text, unrolled
 from .inline import inlined
+from .gradname import check_grad_names
 
 _serial = 0
 
@@ -47,6 +48,7 @@ def compile_cell(source: str, mode: str = "trace", helpers: tuple = (), elements
     except SyntaxError as error:
         error.filename = filename
         raise
+    check_grad_names(module)
     module.body = unrolled(inlined(module.body, helpers), elements)
     return _Builder(source, mode, filename, helpers).build(open_sources(module).body)
 
