@@ -9,7 +9,7 @@ import pytest
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 BLOCK = re.compile(r"(?:<!-- (?P<mark>not run|raises): (?P<why>[^>]*) -->\n)?```(?P<lang>\w*)\n(?P<code>.*?)```", re.S)
-PAGES = ("tracing", "edits", "methods", "scan", "sidebar", "reading-panels", "canonical-names", "index")
+PAGES = ("tracing", "edits", "methods", "scan", "canonical-names")
 SETUP = "import torch, nbgrad\nmodel = nbgrad.load_model()"
 
 
@@ -39,7 +39,7 @@ def test_every_python_block_of_the_page_runs(shell, page):
         shell.user_ns.update(before)
 
 
-def test_the_pages_with_code_have_blocks_that_run():
+def test_each_page_checked_has_blocks_that_run():
     counted = {page: sum(mark != "not run" for _, mark, _ in blocks(page)) for page in PAGES}
-    assert all(counted[page] >= 2 for page in ("tracing", "edits", "methods")), counted
-    assert counted["scan"] >= 1, counted
+    assert all(count >= 1 for count in counted.values()), counted
+    assert counted["edits"] >= 6 and counted["tracing"] >= 3, counted      # the steering, gradient and skip examples
