@@ -15,3 +15,14 @@ export function editsNote(edits: IEdit[] | undefined): HTMLElement | null {
   note.title = edits.map(edit => `${String(edit.label)}: ${String(edit.source)}`).join('\n');
   return note;
 }
+
+// "skipped" beside a module that an active edit skips (`M.skip(v)` in its body), naming the edits in its tooltip;
+// null when none does.
+export function skippedNote(labels: string[] | undefined): HTMLElement | null {
+  if (!Array.isArray(labels) || !labels.length) {
+    return null;
+  }
+  const note = el('span', 'nbgrad-note nbgrad-edits nbgrad-skipped', 'skipped');
+  note.title = `skipped at every call (M.skip) by ${labels.map(String).join(', ')}: nothing inside it runs`;
+  return note;
+}

@@ -2,7 +2,7 @@
 // button, its type, parameters and the shapes the last traced cell saw. Every string is set as text.
 import { count, el } from './dom';
 import { canonicalName, clickTitle, ICanonicalNode, modelMarks } from './canonical';
-import { editsNote, IEdit } from './edits';
+import { editsNote, IEdit, skippedNote } from './edits';
 
 export interface IModuleNode extends ICanonicalNode {
   name: string;
@@ -17,6 +17,7 @@ export interface IModuleNode extends ICanonicalNode {
   lazy?: boolean;
   error?: string;
   edits?: IEdit[];
+  skipped?: string[];
 }
 
 export interface IRowActions {
@@ -29,7 +30,7 @@ export function moduleRow(node: IModuleNode, actions: IRowActions): HTMLElement 
   row.dataset.path = node.path;
   const button = el('button', 'nbgrad-node', node.name) as HTMLButtonElement;
   button.type = 'button';
-  button.title = clickTitle(node);
+  button.title = `${node.name}\n${clickTitle(node)}`; // whole, where a long name ends in an ellipsis
   button.dataset.path = node.path;
   button.addEventListener('click', () => actions.insert(`${node.path}.output`));
   row.appendChild(button);
@@ -45,7 +46,9 @@ export function moduleRow(node: IModuleNode, actions: IRowActions): HTMLElement 
     actions.toggleSites(node.path, row);
   });
   row.appendChild(sites);
-  row.appendChild(el('span', 'nbgrad-type', node.type));
+  const type = el('span', 'nbgrad-type', node.type);
+  type.title = node.type;
+  row.appendChild(type);
   row.appendChild(el('span', 'nbgrad-params', `${count(node.total)} params`));
   describe(node, row);
   return row;
@@ -69,8 +72,9 @@ function describe(node: IModuleNode, row: HTMLElement): void {
   if (node.error) {
     row.appendChild(el('span', 'nbgrad-note', `cannot list: ${String(node.error)}`));
   }
-  const edits = editsNote(node.edits);
-  if (edits) {
-    row.appendChild(edits);
+  for (const note of [editsNote(node.edits), skippedNote(node.skipped)]) {
+    if (note) {
+      row.appendChild(note);
+    }
   }
 }

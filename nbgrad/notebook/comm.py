@@ -9,7 +9,7 @@ import weakref
 from torch import nn
 from torch.nn.parameter import is_lazy
 
-from ..engine.edit.edits import active_edits
+from ..engine.edit.edits import active_edits, skipped_modules
 from ..errors.naming import module_path
 from ..names.tree import canonical_tree
 from .comm_sites import sites_reply
@@ -156,6 +156,7 @@ def _is_module(value) -> bool:
 def module_tree(name: str, model: nn.Module) -> dict:
     shapes = _last_shapes.get(model, {})
     canonical = _canonical_tree(model, name)
+    skipped = _skipped_by_edits(model)
     budget = [MAX_NODES]
 
     def node(label: str, path: str, module: nn.Module) -> dict:
@@ -165,6 +166,8 @@ def module_tree(name: str, model: nn.Module) -> dict:
                  "output": _shape(shapes.get((id(module), "output"))),
                  "grad": _shape(shapes.get((id(module), "grad"))), "children": []}
         _canonical_names(entry, canonical)
+        if id(module) in skipped:
+            entry["skipped"] = skipped[id(module)]
         for child_name, child in module.named_children():
             if budget[0] <= 0:
                 entry["truncated"] = True
@@ -179,6 +182,15 @@ def module_tree(name: str, model: nn.Module) -> dict:
         tree["family"] = canonical.family
     tree["edits"] = [{"source": edit.summary(), "label": edit.label} for edit in active_edits(model)]
     return tree
+
+
+def _skipped_by_edits(model: nn.Module) -> dict:
+    """id of each module an active edit skips (`M.skip(v)`) -> the labels of the edits that skip it."""
+    skipped: dict = {}
+    for edit in active_edits(model):
+        for module in skipped_modules(edit):
+            skipped.setdefault(id(module), []).append(edit.label)
+    return skipped
 
 
 def _canonical_tree(model: nn.Module, name: str):

@@ -103,3 +103,19 @@ def edit_hooks(model: nn.Module) -> int:
     """How many hooks on `model` and its modules belong to its edits (they stay between cells)."""
     stack = stack_on(model)
     return stack.hook_count() if stack is not None else 0
+
+
+def skipped_modules(edit: Edit) -> list:
+    """The modules `edit` skips (`M.skip(v)` in its body), for the sidebar; one its path no longer finds is left out."""
+    modules = []
+    for target in edit.program.forward_targets:
+        if target.needs or target.every_element or not any(edit.program.uses[i].skip for i in target.uses):
+            continue
+        try:
+            gate = eval(target.code, {**edit.namespace, RUNTIME_NAME: Runtime})
+        except Exception:       # the namespace changed since the edit was installed: nothing to mark
+            continue
+        module = gate.module_ref() if hasattr(gate, "module_ref") else None
+        if module is not None:
+            modules.append(module)
+    return modules

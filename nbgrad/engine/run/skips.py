@@ -24,7 +24,9 @@ class SkipGate:
         self.module_ref = weakref.ref(module)
         self.hooks: dict = {}
         self.given: tuple | None = None     # (what the instance dict held under `forward`, the gate we put there)
-        self.skipped = False                # M was skipped in the run now going on (for the error after)
+        self.skipped = False                # M was skipped at its latest call (for the error after the run); set at
+                                            # each call, not when hooks are bound: an edit binds again right after
+                                            # the call, before the cell's 'never came' error asks
         self.partial = None                 # the invokes that skipped M while M ran for the others' rows
         self.inner = None                   # M's forward with its sites, when a cell names both (sites.py)
 
@@ -52,7 +54,7 @@ class SkipGate:
         module = self.module_ref()
         if self.given is None and module is not None:
             gate = types.MethodType(_gate_forward, module)
-            self.skipped, self.partial = False, None
+            self.partial = None
             PARTIAL.discard(self)
             self.given = (module.__dict__.get("forward", ABSENT), gate)
             module.__dict__["forward"] = gate
@@ -77,8 +79,8 @@ class SkipGate:
             output, ran = output.whole(lambda: self._forward(module)(*args, **kwargs))
             self.skipped = not ran
             return output
-        if output is not NOT_SKIPPED:
-            self.skipped = True
+        self.skipped = output is not NOT_SKIPPED
+        if self.skipped:
             return output
         return self._forward(module)(*args, **kwargs)
 
