@@ -148,9 +148,10 @@ class Rewriter(ast.NodeTransformer):
 
     def _comprehension(self, node):
         """`[f(h.output) for h in hs]` -> `(yield from __nbgrad_comp_K())`, a generator that builds the
-        result: `yield` cannot stand inside a comprehension."""
+        result: `yield` cannot stand inside a comprehension. One that touches no event stays one, its `.save()`
+        calls and `cache(...)` rewritten (`[x.mean(-1).save() for x in outs]`)."""
         if not (touches_events(node) or self._calls_twin(node)):
-            return node
+            return self.generic_visit(node)
         result = f"{TEMP_PREFIX}result"
         initial, innermost = _accumulate(node, result)
         body = innermost
