@@ -41,7 +41,7 @@ def keeps_only(body: list) -> bool:
             return False
         if isinstance(node, ast.Subscript) and not (
                 _module_index(node.slice) if id(node) in in_paths
-                else isinstance(node.ctx, ast.Load) and _basic_index(node.slice)):
+                else isinstance(node.ctx, ast.Load) and basic_index(node.slice)):
             return False
     return True
 
@@ -103,16 +103,16 @@ def _keeping_call(call: ast.Call) -> bool:
 
 def _module_index(index: ast.expr) -> bool:
     """An index in a module path: a name, a whole number or an attribute of a name (`cfg.layer`)."""
-    return isinstance(index, (ast.Name, ast.Constant)) or _basic_index(index) or (
+    return isinstance(index, (ast.Name, ast.Constant)) or basic_index(index) or (
         isinstance(index, ast.Attribute) and isinstance(index.value, ast.Name))
 
 
-def _basic_index(index: ast.expr) -> bool:
+def basic_index(index: ast.expr) -> bool:
     """Constants, slices of constants and tuples of them: indexing that makes a view, never a copy."""
     if isinstance(index, ast.Tuple):
-        return all(_basic_index(element) for element in index.elts)
+        return all(basic_index(element) for element in index.elts)
     if isinstance(index, ast.Slice):
-        return all(part is None or _basic_index(part) for part in (index.lower, index.upper, index.step))
+        return all(part is None or basic_index(part) for part in (index.lower, index.upper, index.step))
     if isinstance(index, ast.UnaryOp):
         return isinstance(index.op, ast.USub) and isinstance(index.operand, ast.Constant)
     return isinstance(index, ast.Constant) and (index.value is None or index.value is ... or type(index.value) is int)
@@ -150,3 +150,4 @@ def _constant_index(index: ast.expr) -> int | None:
     if isinstance(index, ast.UnaryOp) and isinstance(index.op, ast.USub):
         sign, index = -1, index.operand
     return sign * index.value if isinstance(index, ast.Constant) and type(index.value) is int else None
+

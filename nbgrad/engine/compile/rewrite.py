@@ -9,6 +9,7 @@ from .cellast import (MODULE_EVENTS, const, generator_function, is_backward_bloc
                       thunk, touches_events, walk_cell_level)
 from ...errors import NbgradError
 from .containers import element_index
+from .partgrad import grad_of_part, part_of_event
 from .unroll import misplaced_invoke
 from .program import RUNTIME_NAME, TEMP_PREFIX
 from .dataflow import written_events
@@ -45,6 +46,8 @@ class Rewriter(ast.NodeTransformer):
         if (not isinstance(node.ctx, ast.Load) or not is_event_attr(node)
                 or isinstance(node.value, ast.Name) and node.value.id in self.builder.caches):   # a Cache's `.inputs`
             return self.generic_visit(node)
+        if node.attr == "grad" and part_of_event(node.value):
+            return grad_of_part(self, node, request)
         use = self.builder.add_use(node.attr, node.value, node.lineno, id(node) in self.written,
                                    id(node) in self.row_zero)
         at = element_index(self.builder, use, node.value) if node.attr != "grad" else None
