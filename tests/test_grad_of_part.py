@@ -83,6 +83,21 @@ def test_an_edit_of_a_part_edits_the_gradient_that_flows_on():
     assert not torch.equal(expected, plain_grads()[2])       # the edit changes what flows into block 0
 
 
+@pytest.mark.parametrize("where", ["before", "inside"])
+def test_a_part_of_the_gradient_replaced_flows_on_with_the_rest_as_it_came(where):
+    def zero_last(grad):
+        grad[:, -1] = 0
+        return grad
+    _, _, expected = plain_grads(zero_last)
+    replace = "model.transformer.h[1].output[:, -1].grad = torch.zeros(2, 32)"
+    cell = (f"{replace}\ng0 = model.transformer.h[0].output.grad.save()\n{LOSS}.backward()" if where == "before" else
+            f"with {LOSS}.backward():\n    {replace}\n    g0 = model.transformer.h[0].output.grad.save()")
+    result = nbgrad.trace(MODEL, IDS, cell, {"model": MODEL, "torch": torch})
+    MODEL.zero_grad(set_to_none=True)
+    torch.testing.assert_close(result.saved["g0"], expected, rtol=0, atol=0)
+    assert hook_count(MODEL) == 0
+
+
 def test_a_part_bound_to_a_name_is_refused_with_what_to_write():
     cell = f"h = model.transformer.h[1].output[0]\ng = h.grad.save()\n{LOSS}.backward()"
     with pytest.raises(nbgrad.GradError, match=r"h is a slice taken after the fact.*Read \.grad of the tensor itself, "

@@ -38,3 +38,13 @@ def grad_of_part(rewriter, node: ast.Attribute, request) -> ast.expr:
     steps = [ast.NamedExpr(target=name(whole.id, store=True), value=rewriter.visit(part.value)),
              ast.NamedExpr(target=name(grad.id, store=True), value=read), result]
     return ast.Subscript(value=ast.Tuple(elts=steps, ctx=ast.Load()), slice=const(2), ctx=ast.Load())
+
+
+def part_edit(rewriter, target: ast.expr) -> ast.expr:
+    """`M.output[i].grad = g` as `M.output[i].grad[...] = g`: that part of the gradient replaced in place, so the rest
+    of it flows on as it came. Any other assignment target as it is."""
+    if not (isinstance(target, ast.Attribute) and target.attr == "grad" and part_of_event(target.value)):
+        return target
+    read = ast.copy_location(ast.Attribute(value=target.value, attr="grad", ctx=ast.Load()), target)
+    rewriter.written.add(id(read))                   # an edit of the gradient, not a read of it
+    return ast.copy_location(ast.Subscript(value=read, slice=const(...), ctx=ast.Store()), target)

@@ -9,7 +9,7 @@ from .cellast import (MODULE_EVENTS, const, generator_function, is_backward_bloc
                       thunk, touches_events, walk_cell_level)
 from ...errors import NbgradError
 from .containers import element_index
-from .partgrad import grad_of_part, part_of_event
+from .partgrad import grad_of_part, part_edit, part_of_event
 from .unroll import misplaced_invoke
 from .program import RUNTIME_NAME, TEMP_PREFIX
 from .dataflow import written_events
@@ -114,6 +114,7 @@ class Rewriter(ast.NodeTransformer):
         return ast.Expr(value=made)
 
     def visit_Assign(self, node):
+        node.targets = [part_edit(self, target) for target in node.targets]      # `M.output[i].grad = g`
         if not any(is_event_attr(t) for t in node.targets):
             return self.generic_visit(node)
         temp = f"{TEMP_PREFIX}value"
