@@ -44,7 +44,7 @@ CELLS = {
     "list": "outs = [b.output[:, -1].save() for b in model.transformer.h]\nlogits = model.output.logits.save()\n",
     # read and kept only: its events are logged in the forward and its statements run on the log (Program.quiet)
     "quiet": ("outs = [model.transformer.h[i].output.save() for i in reversed(range(len(model.transformer.h)))]\n"
-              "last = model.transformer.h[-1].output[:, -1].save()\n"),
+              "last = model.transformer.h[-1].output.save()\n"),
     # one read, saved: answered by its hook, with no statement run (run/onesave.py)
     "one save": "hs = model.transformer.h[-1].output.save()\n",
 }

@@ -10,6 +10,7 @@ from torch import nn
 from . import naming
 from . import GradError, ModulePathError
 from .naming import a_or_an
+from .elements import made_in_a_loop, read_by_element
 
 
 def nearest_modules(names: list, name: str) -> str:
@@ -134,6 +135,8 @@ def too_late(use, cause) -> str:
     elif cause is not None and (through := _names_between(use, cause)):
         because = (f"; the statement reads {through}, which line {cause.line} binds or changes, so it could only run "
                    f"once {cause.target}.{cause.kind} (line {cause.line}) existed")
+        if made_in_a_loop(cause) and not use.skip:
+            return f"{target} is edited too late: {what}{because}{read_by_element(use, cause, through)}"
     elif cause is not None:
         where = "this line" if cause.line == use.line else f"line {cause.line}"
         because = f"; the statement could only run once {cause.target}.{cause.kind} ({where}) existed"

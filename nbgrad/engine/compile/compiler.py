@@ -150,10 +150,10 @@ class _Builder:
         self.use_ast.append(self.loop_sources[through] if through else target)
         self.use_loop.append(through and (self.loop_filters.get(through), element_code(through, target, self.filename)))
         if kind == "grad":
-            self._grad_target(target)
+            self.grad_target(target)
         return len(self.uses) - 1
 
-    def _grad_target(self, target: ast.expr) -> None:
+    def grad_target(self, target: ast.expr) -> None:
         """Remember `T` of `T.grad` when it can be evaluated when its pass starts, so its hook is in place
         before the gradient arrives, whatever order the statements read it in."""
         pass_index = self.pass_for(target)

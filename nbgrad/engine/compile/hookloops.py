@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from .program import RUNTIME_NAME, TEMP_PREFIX
 from .cellast import EVENT_ATTRS, is_save_call
-from .keeping import _basic_index
+from .keeping import basic_index
 
 VALUE = f"{TEMP_PREFIX}value"
 # What an edit's index and operand may be made of: reads of names and constants, and arithmetic on them; no call
@@ -85,7 +85,7 @@ def _hook_list(stmt: ast.Assign, cell_bound: set, filename: str, source: str) ->
     container, by_index, path = _loop_path(generator.iter, name, cell_bound)
     kept = copy.deepcopy(saved.func.value)           # `E.output[:, -1]`
     parent, event = None, kept
-    while isinstance(event, ast.Subscript) and _basic_index(event.slice):
+    while isinstance(event, ast.Subscript) and basic_index(event.slice):
         parent, event = event, event.value
     if path is None or result in (name, path[0]) or not _is_event(event, name, container, by_index):
         return None

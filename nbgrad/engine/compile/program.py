@@ -135,7 +135,7 @@ class Program:
     # use id -> (root name, attribute names, whether `i` is a name) of PATH in `PATH[i].output`, a chain of attributes
     # of a name the cell never binds (Read.at): where a run may find `PATH[i]` by `i` alone (run/elements.py)
     containers: dict = field(default_factory=dict)
-    # The cell only binds, indexes and saves what it reads (keeping.keeps_only), and every module it reads is named
+    # The cell only binds and saves what it reads, whole (keeping.keeps_only), and every module it reads is named
     # by a target that the run hooks before the model starts
     keeps_only: bool = False
     # (name, root, steps, label, line) of a cell that is `NAME = PATH.output.save()` alone

@@ -9,6 +9,7 @@ from .cellast import (MODULE_EVENTS, const, generator_function, is_backward_bloc
                       thunk, touches_events, walk_cell_level)
 from ...errors import NbgradError
 from .containers import element_index
+from .partgrad import grad_of_part, part_edit, part_of_event
 from .unroll import misplaced_invoke
 from .program import RUNTIME_NAME, TEMP_PREFIX
 from .dataflow import written_events
@@ -45,6 +46,8 @@ class Rewriter(ast.NodeTransformer):
         if (not isinstance(node.ctx, ast.Load) or not is_event_attr(node)
                 or isinstance(node.value, ast.Name) and node.value.id in self.builder.caches):   # a Cache's `.inputs`
             return self.generic_visit(node)
+        if node.attr == "grad" and part_of_event(node.value):
+            return grad_of_part(self, node, request)
         use = self.builder.add_use(node.attr, node.value, node.lineno, id(node) in self.written,
                                    id(node) in self.row_zero)
         at = element_index(self.builder, use, node.value) if node.attr != "grad" else None
@@ -111,6 +114,7 @@ class Rewriter(ast.NodeTransformer):
         return ast.Expr(value=made)
 
     def visit_Assign(self, node):
+        node.targets = [part_edit(self, target) for target in node.targets]      # `M.output[i].grad = g`
         if not any(is_event_attr(t) for t in node.targets):
             return self.generic_visit(node)
         temp = f"{TEMP_PREFIX}value"
@@ -148,9 +152,10 @@ class Rewriter(ast.NodeTransformer):
 
     def _comprehension(self, node):
         """`[f(h.output) for h in hs]` -> `(yield from __nbgrad_comp_K())`, a generator that builds the
-        result: `yield` cannot stand inside a comprehension."""
+        result: `yield` cannot stand inside a comprehension. One that touches no event stays one, its `.save()`
+        calls and `cache(...)` rewritten (`[x.mean(-1).save() for x in outs]`)."""
         if not (touches_events(node) or self._calls_twin(node)):
-            return node
+            return self.generic_visit(node)
         result = f"{TEMP_PREFIX}result"
         initial, innermost = _accumulate(node, result)
         body = innermost
