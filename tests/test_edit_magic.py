@@ -125,3 +125,23 @@ def test_a_gradient_edit_cell_edits_the_backward_pass_of_a_later_cell(edited):
     model(ns["ids"]).logits[0, -1].max().backward()
     assert torch.equal(ns["after"], expected) and not torch.equal(expected, model.transformer.wte.weight.grad)
     assert hook_count(model) == 0
+
+
+@pytest.mark.parametrize("body", [
+    "model.transformer.h[0].mlp.skip(model.transformer.h[0].mlp.input)\n",            # a skip: its gate's hook
+    "model.transformer.h[1].attn.source.attn_output_0.output[:, -1] = 0\n",           # a site: its call's hook
+    "model.transformer.h[1].output.grad[:, -1] = 0\n",                                 # a gradient edit
+], ids=["skip", "site", "gradient"])
+def test_nbgrad_counts_no_hook_live_beside_a_skip_a_site_or_a_gradient_edit(edited, capsys, body):
+    """The hooks of an edit's skip gate, site or tensor are not hooks on a module: `%nbgrad` counted them among the
+    edit's and printed "hooks live: -1" between cells."""
+    shell = edited
+    shell.run_cell(f"%%edit model --out kept\n{body}")
+    shell.run_cell("model(ids)")
+    capsys.readouterr()
+    shell.run_line_magic("nbgrad", "")
+    out = capsys.readouterr().out
+    assert "hooks live: 0 (beside the " in out, out
+    shell.run_cell("kept.remove()")
+    shell.run_line_magic("nbgrad", "")
+    assert "hooks live: 0\n" in capsys.readouterr().out

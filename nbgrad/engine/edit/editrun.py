@@ -147,7 +147,9 @@ class EditRun(Runtime):
         self.ns.setdefault("__builtins__", __builtins__)
 
     def hook_count(self) -> int:
-        return len(self.hooks)
+        """The hooks this run holds on the model's modules (a skip's gate, a site and a tensor are not modules)."""
+        modules = {id(module) for module in self.model.modules()}
+        return sum(1 for key in self.hooks if type(key) is tuple and key[0] in modules)
 
 
 def _late_gradient(edit_ref, label: str, what: str, line: int, grad):
