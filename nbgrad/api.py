@@ -17,6 +17,7 @@ from .engine.run.cache import Cache
 from .engine.run.result import Result
 from .engine.run.direct import DirectRun
 from .engine.run.edits import Edit, install, names_read
+from .engine.run.editstack import stack_on
 from .engine.run.moduletree import compiled_inner
 from .engine.run.rows import InvokeRows
 from .engine.run.runtime import Runtime, active_runtime
@@ -224,7 +225,18 @@ def edit(model: nn.Module, source: str, namespace: dict | None = None, *, label:
     remember(model)
     installed = Edit(model, program, names_read(program, namespace), label)
     installed.source = source          # as written (canonical names included), for its summary and listings
-    return install(installed)
+    try:
+        return install(installed)
+    except BaseException:       # an interrupt too: the caller never gets this Edit, so nothing of it may stay on
+        withdraw(installed)
+        raise
+
+
+def withdraw(installed: Edit) -> None:
+    """Take `installed` off its model whatever point its installing reached (`Edit.remove` needs it active)."""
+    stack = stack_on(installed.model)
+    if stack is not None:
+        stack.remove(installed)
 
 
 def save(value):

@@ -38,7 +38,8 @@ class Edit:
         self.active = False
 
     def remove(self) -> None:
-        if self.active:
+        stack = stack_on(self.model)
+        if self.active or (stack is not None and (self in stack.edits or not stack.edits)):   # (or one cut short)
             stack_of(self.model).remove(self)
 
     def __enter__(self) -> "Edit":
