@@ -11,6 +11,7 @@ from .engine.compile.compiler import compile_cell
 from .engine.compile.editable import check_edit, edit_mode
 from .engine.compile.helpers import compile_with_helpers
 from .engine.compile.pasted import NAME as TRACER, rewritten
+from .engine.compile.sourcetext import check_source
 from .engine.compile.unroll import NeedsElements
 from .engine.run import checks
 from .engine.run.cache import Cache
@@ -51,7 +52,7 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
     "fast", takes the kinds the compiler picks (docs/architecture.md; their cost: bench/overhead.py)."""
     if not isinstance(model, nn.Module) and hasattr(model, "nbgrad_trace"):    # a model elsewhere: every option to it
         return model.nbgrad_trace(input, source, namespace, **call_options(locals()))
-    if TRACER in source:        # pasted nnsight code: `tracer.cache(...)` and the like (engine/compile/pasted.py)
+    if TRACER in check_source(source, "nbgrad.trace"):    # pasted nnsight code: `tracer.cache(...)` (compile/pasted.py)
         source = rewritten(source, namespace)
     if not _aliased and mentions_canonical(source):      # canonical names (nbgrad/names): the model's own paths
         return _canonical_trace(model, input, source, namespace, **_options(locals()))
@@ -118,6 +119,7 @@ def backward(loss: torch.Tensor, source: str = "", namespace: dict | None = None
              quiet: bool = True, runner: str = "fast") -> Result:
     """A standalone backward pass of `loss`; `source` reads and edits `.grad` like a `%%backward` body. Its
     statements are of the general kinds whatever `runner` says (see `trace`)."""
+    check_source(source, "nbgrad.backward")
     if runner != "fast":
         checks.runner_argument(runner)
     program = compile_cell(source, "backward")
@@ -210,6 +212,7 @@ def edit(model: nn.Module, source: str, namespace: dict | None = None, *, label:
     """Install `source` (the body of a `%%edit` cell: writes and in-place edits of module events) on `model` for
     every later call of it (a plain call, `generate`, a later trace) until `.remove()`; returns the `Edit`, which
     is also a context manager. The body reads the namespace as it is now."""
+    check_source(source, "nbgrad.edit")
     if not isinstance(model, nn.Module) or (namespace is not None and not isinstance(namespace, dict)):
         checks.trace_arguments(model, namespace)
     namespace = default_namespace(namespace, model)

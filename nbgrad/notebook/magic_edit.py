@@ -42,7 +42,7 @@ class EditMagics(Magics):
             if args.out is not None:
                 self.shell.user_ns[args.out] = installed
             return installed
-        except BaseException:     # an interrupt before the cell hands the Edit back: the cell installs and binds nothing
+        except BaseException:     # an interrupt before the cell hands the Edit back: it installs and binds nothing
             api.withdraw(installed)
             if args.out is not None and self.shell.user_ns.get(args.out) is installed:
                 del self.shell.user_ns[args.out]

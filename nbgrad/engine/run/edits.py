@@ -43,6 +43,9 @@ class Edit:
             stack_of(self.model).remove(self)
 
     def __enter__(self) -> "Edit":
+        if not self.active:     # a `with` would run without it, silently
+            raise NbgradError(f"{self.label} was removed: it is no longer on the model; install it again with "
+                              f"nbgrad.edit(model, source) (or %%edit)")
         return self
 
     def __exit__(self, *exc) -> None:
