@@ -103,3 +103,18 @@ def test_names_of_something_that_is_not_a_model(shell):
         shell.run_line_magic("names", "not_a_model")
     assert str(caught.value) == ("%names MODEL: `not_a_model` is an int, not a model: give a torch.nn.Module of a "
                                  "known family (nbgrad.names.FAMILIES)")
+
+
+def test_a_name_the_edit_reads_that_is_not_defined_is_said_when_installed(model):
+    """Not a NameError at every later call of the model (plain calls, generate, traces), as it was."""
+    before = model_state(model)
+    with pytest.raises(NbgradError) as caught:
+        nbgrad.edit(model, "d = direction * 2\nmodel.transformer.h[0].output[:] += d", {"model": model})
+    assert str(caught.value) == ("line 1: name 'direction' is not defined: an edit reads the notebook's names when "
+                                 "it is installed; define direction first (in an earlier cell), then install the edit")
+    assert_clean(model, before)
+    plain = model(IDS).logits
+    with nbgrad.edit(model, "d = direction * 2\nmodel.transformer.h[0].output[:] += d",
+                     {"model": model, "direction": torch.ones(32)}):
+        assert not torch.equal(model(IDS).logits, plain)
+    assert torch.equal(model(IDS).logits, plain)

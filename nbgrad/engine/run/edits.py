@@ -24,6 +24,7 @@ from ...errors import NbgradError, diagnose
 from .editstack import EditStack, stack_on, stacks
 from .forward import PATH_ERRORS
 from .runtime import Runtime
+from ..compile.editable import check_names
 from ..compile.program import RUNTIME_NAME
 
 
@@ -64,6 +65,7 @@ class Edit:
 def install(edit: Edit) -> Edit:
     """Put `edit` on its model, after the edits already there; a module path not in the model is refused now."""
     _check_paths(edit.program, edit.namespace)
+    check_names(edit.program, edit.namespace)      # a name read elsewhere in the body: said now, not at every call
     stack = stack_on(edit.model)
     if stack is None:
         stack = EditStack(edit.model)
