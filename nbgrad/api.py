@@ -11,12 +11,14 @@ from .engine.compile.compiler import compile_cell
 from .engine.compile.editable import check_edit, edit_mode
 from .engine.compile.helpers import compile_with_helpers
 from .engine.compile.pasted import NAME as TRACER, rewritten
+from .engine.compile.sourcetext import check_source
 from .engine.compile.unroll import NeedsElements
 from .engine.run import checks
 from .engine.run.cache import Cache
 from .engine.run.result import Result
 from .engine.run.listing import listing
 from .engine.edit.edits import Edit, install, names_read
+from .engine.edit.editstack import stack_on
 from .engine.run.moduletree import compiled_inner
 from .engine.run.rows import InvokeRows
 from .engine.run.runtime import Runtime, active_runtime
@@ -51,7 +53,7 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
     "fast", takes the kinds the compiler picks (docs/architecture.md; their cost: bench/overhead.py)."""
     if not isinstance(model, nn.Module) and hasattr(model, "nbgrad_trace"):    # a model elsewhere: every option to it
         return model.nbgrad_trace(input, source, namespace, **call_options(locals()))
-    if TRACER in source:        # pasted nnsight code: `tracer.cache(...)` and the like (engine/compile/pasted.py)
+    if TRACER in check_source(source, "nbgrad.trace"):    # pasted nnsight code: `tracer.cache(...)` (compile/pasted.py)
         source = rewritten(source, namespace)
     if not _aliased and mentions_canonical(source):      # canonical names (nbgrad/names): the model's own paths
         return _canonical_trace(model, input, source, namespace, **_options(locals()))
@@ -124,6 +126,7 @@ def backward(loss: torch.Tensor, source: str = "", namespace: dict | None = None
              quiet: bool = True, runner: str = "fast") -> Result:
     """A standalone backward pass of `loss`; `source` reads and edits `.grad` like a `%%backward` body. Its
     statements are of the general kinds whatever `runner` says (see `trace`)."""
+    check_source(source, "nbgrad.backward")
     if runner != "fast":
         checks.runner_argument(runner)
     program = compile_cell(source, "backward")
@@ -216,6 +219,7 @@ def edit(model: nn.Module, source: str, namespace: dict | None = None, *, label:
     """Install `source` (the body of a `%%edit` cell: writes and in-place edits of module events) on `model` for
     every later call of it (a plain call, `generate`, a later trace) until `.remove()`; returns the `Edit`, which
     is also a context manager. The body reads the namespace as it is now."""
+    check_source(source, "nbgrad.edit")
     if not isinstance(model, nn.Module) or (namespace is not None and not isinstance(namespace, dict)):
         checks.trace_arguments(model, namespace)
     namespace = default_namespace(namespace, model)
@@ -231,7 +235,18 @@ def edit(model: nn.Module, source: str, namespace: dict | None = None, *, label:
     remember(model)
     installed = Edit(model, program, names_read(program, namespace), label)
     installed.source = source          # as written (canonical names included), for its summary and listings
-    return install(installed)
+    try:
+        return install(installed)
+    except BaseException:       # an interrupt too: the caller never gets this Edit, so nothing of it may stay on
+        withdraw(installed)
+        raise
+
+
+def withdraw(installed: Edit) -> None:
+    """Take `installed` off its model whatever point its installing reached (`Edit.remove` needs it active)."""
+    stack = stack_on(installed.model)
+    if stack is not None:
+        stack.remove(installed)
 
 
 def save(value):

@@ -69,7 +69,7 @@ def cells(draw):
     if error is not None:
         forward.insert(draw(st.integers(0, len(forward))), error)
     no_grad = not backward and draw(st.booleans())
-    return forward, backward, no_grad
+    return forward, backward, no_grad, draw(st.sampled_from(FORMS))
 
 
 # --- the cell's text ---------------------------------------------------------------------------------
@@ -98,12 +98,34 @@ def line(step: Step, index: int) -> str:
     }[step.kind]
 
 
-def source(forward, backward) -> str:
+# How the same cell is written: with the model's own paths; with canonical names (nbgrad/names) for the modules it
+# reads and edits, which are the same modules; or inside an invoke made in a loop (one invoke of the whole input),
+# with no INPUT on the line. Each gives what the plain hooks give.
+FORMS = ["paths", "canonical", "invoke loop"]
+CANONICAL = {"model.transformer.h[": "model.layers[", "model.transformer.ln_f": "model.ln_final",
+             "model.lm_head": "model.unembed"}
+
+
+def source(forward, backward, form="paths") -> str:
     lines = [line(step, index) for index, step in enumerate(forward)]
     if backward:
         lines.append("with model.lm_head.output.sum().backward():")
         lines += ["    " + line(step, len(forward) + index) for index, step in enumerate(backward)]
+    if form == "canonical":
+        lines = [_canonical(text) for text in lines]
+    elif form == "invoke loop":
+        lines = ["for _ in range(1):", "    with invoke(fuzz_ids):"] + ["        " + text for text in lines]
     return "\n".join(lines) + "\n"
+
+
+def _canonical(text: str) -> str:
+    """A line's module paths in canonical names, but for parameters (`.mlp.c_fc.weight`) and the wrong paths of the
+    error steps, which stay as written."""
+    if ".weight" in text or "h[7]" in text or text.startswith("model.transformer.h[0].output[:] = model"):
+        return text
+    for path, canonical in CANONICAL.items():
+        text = text.replace(path, canonical)
+    return text
 
 
 # --- the same cell with plain PyTorch hooks ------------------------------------------------------------
@@ -199,15 +221,15 @@ def close(actual, expected):
 @FUZZ
 @given(cells())
 def test_fuzzed_cells_leave_nothing_behind_and_equal_plain_pytorch(cell):
-    forward, backward, no_grad = cell
+    forward, backward, no_grad, form = cell
     model = MODEL
     model.zero_grad(set_to_none=True)         # whatever an earlier failing example left
-    text = source(forward, backward)
-    namespace = {"model": model, "torch": torch, "nbgrad": nbgrad}
+    text = source(forward, backward, form)
+    namespace = {"model": model, "torch": torch, "nbgrad": nbgrad, "fuzz_ids": IDS}
     flags, grad_mode = [p.requires_grad for p in model.parameters()], torch.is_grad_enabled()
     failing = any(step.kind in ("raise", "badpath", "late") for step in forward)
     try:
-        nbgrad.trace(model, IDS, text, namespace, no_grad=no_grad)
+        nbgrad.trace(model, None if form == "invoke loop" else IDS, text, namespace, no_grad=no_grad)
     except (ValueError, nbgrad.NbgradError) as error:
         assert failing, f"{type(error).__name__}: {error}\n--- cell:\n{text}"
         assert_clean_after(model, namespace, flags, grad_mode)
@@ -233,3 +255,15 @@ def test_the_grammar_reaches_every_statement_kind():
              "gmul_", "gslice", "raise", "badpath", "late"}
     for kind in kinds:
         assert line(Step(kind, "model.lm_head" if not kind.startswith("freeze") else "0", 2.0, 1), 3)
+
+
+def test_each_form_writes_the_cell_its_way():
+    forward, backward = [Step("read", "model.transformer.h[1]"), Step("freeze", "0")], [Step("gread", "model.lm_head")]
+    assert source(forward, backward, "canonical") == (
+        "v0 = model.layers[1].output.clone().save()\n"
+        "model.transformer.h[0].mlp.c_fc.weight.requires_grad_(False)\n"
+        "with model.unembed.output.sum().backward():\n"
+        "    v2 = model.unembed.output.grad.clone().save()\n")
+    assert source(forward, [], "invoke loop") == (
+        "for _ in range(1):\n    with invoke(fuzz_ids):\n        v0 = model.transformer.h[1].output.clone().save()\n"
+        "        model.transformer.h[0].mlp.c_fc.weight.requires_grad_(False)\n")

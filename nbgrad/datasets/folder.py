@@ -27,6 +27,10 @@ def batch_file(folder: Path, start: int) -> Path:
 
 def out_folder(folder) -> Path:
     """DIR as the user wrote it, `~` expanded and `..` resolved by its text, so that `x/../../y` makes no `x`."""
+    if not isinstance(folder, (str, os.PathLike)) or not str(folder).strip():
+        what = "an empty path" if isinstance(folder, str) else f"{a_or_an(type(folder).__name__)} `{folder!r}`"[:80]
+        raise ArgumentError(f"--out (out=) is {what}, not a folder: give the path of a folder (made if missing), "
+                            f"e.g. --out acts/")
     return Path(os.path.abspath(os.path.expanduser(str(folder))))
 
 

@@ -38,9 +38,15 @@ class EditMagics(Magics):
                                  label=f"%%edit {line.strip()}")
         except BaseException as error:
             raise for_the_cell(error)
-        if args.out is not None:
-            self.shell.user_ns[args.out] = installed
-        return installed
+        try:
+            if args.out is not None:
+                self.shell.user_ns[args.out] = installed
+            return installed
+        except BaseException:     # an interrupt before the cell hands the Edit back: it installs and binds nothing
+            api.withdraw(installed)
+            if args.out is not None and self.shell.user_ns.get(args.out) is installed:
+                del self.shell.user_ns[args.out]
+            raise
 
     def _model(self, name: str) -> nn.Module:
         if not name.isidentifier() or keyword.iskeyword(name) or name not in self.shell.user_ns:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
+from torch import nn
 
 from ..api import source as listing
+from ..errors.naming import a_or_an
 from ..models.skeleton import on_skeleton
 from ..names import listing as names_listing
 from .magic_line import evaluate
@@ -34,4 +36,8 @@ class SourceMagics(Magics):
         expression = line.strip()
         if not expression:
             raise UsageError("%names MODEL: give a model of a known family (nbgrad.names.FAMILIES)")
-        print(names_listing(on_skeleton(evaluate(expression, self.shell.user_ns, "MODEL")), expression))
+        model = evaluate(expression, self.shell.user_ns, "MODEL")
+        if not isinstance(model, nn.Module) and not hasattr(model, "skeleton"):
+            raise UsageError(f"%names MODEL: `{expression}` is {a_or_an(type(model).__name__)}, not a model: give a "
+                             f"torch.nn.Module of a known family (nbgrad.names.FAMILIES)")
+        print(names_listing(on_skeleton(model), expression))

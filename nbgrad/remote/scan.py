@@ -7,7 +7,9 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from ..engine.compile.sourcetext import check_source
 from ..engine.run.cache import Cache
+from ..engine.run.checks import trace_arguments
 from ..errors import CELL_FILENAME_PREFIX, NbgradError
 from ..models.cell import default_namespace
 from ..models.loading import tokenizer_for
@@ -97,9 +99,12 @@ def scan(model, input, source: str, namespace: dict | None = None, *, generate: 
     `%%generate` body (every step: no sequence ends early at an end-of-text token); `options` are `nbgrad.trace`'s
     (or `nbgrad.generate`'s). An error in the cell is the error the real run gives."""
     from .. import api, generation
+    check_source(source, "nbgrad.scan")
+    remote = not isinstance(model, nn.Module) and hasattr(model, "skeleton")
+    if not remote:
+        trace_arguments(model, namespace)
     if not generate:        # (`out` of a generation is the name of its token ids: harmless here)
         _check_options(options)
-    remote = not isinstance(model, nn.Module) and hasattr(model, "skeleton")
     mode = fake_mode()
     twin = fake_twin(model.skeleton if remote else model, mode)
     namespace = default_namespace(namespace, model)

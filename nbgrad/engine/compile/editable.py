@@ -5,6 +5,7 @@ invokes and reads that feed no edit are refused, each with a message that says t
 from __future__ import annotations
 
 import ast
+import builtins
 import textwrap
 
 from ...errors import NbgradError
@@ -74,3 +75,15 @@ def _lone_read(program):
         if node.events and not any(event.write for event in node.events) and node.index not in used:
             return node
     return None
+
+
+def check_names(program, namespace: dict) -> None:
+    """A name the body reads that neither the notebook nor the body binds: refused when the edit is installed (the
+    body reads the notebook's names then), not a NameError at every later call of the model."""
+    bound = set(namespace).union(dir(builtins), *(node.spec.binds for node in program.nodes))
+    for node in program.nodes:
+        unknown = sorted(name for name in node.spec.reads - bound if not name.startswith("__nbgrad"))
+        if unknown:
+            raise NbgradError(f"name '{unknown[0]}' is not defined: an edit reads the notebook's names when it is "
+                              f"installed; define {unknown[0]} first (in an earlier cell), then install the edit",
+                              node.spec.line)

@@ -24,6 +24,7 @@ from ...errors import NbgradError, diagnose
 from .editstack import EditStack, stack_on, stacks
 from ..run.missing import PATH_ERRORS
 from ..run.runtime import Runtime
+from ..compile.editable import check_names
 from ..compile.program import RUNTIME_NAME
 
 
@@ -38,10 +39,14 @@ class Edit:
         self.active = False
 
     def remove(self) -> None:
-        if self.active:
+        stack = stack_on(self.model)
+        if self.active or (stack is not None and (self in stack.edits or not stack.edits)):   # (or one cut short)
             stack_of(self.model).remove(self)
 
     def __enter__(self) -> "Edit":
+        if not self.active:     # a `with` would run without it, silently
+            raise NbgradError(f"{self.label} was removed: it is no longer on the model; install it again with "
+                              f"nbgrad.edit(model, source) (or %%edit)")
         return self
 
     def __exit__(self, *exc) -> None:
@@ -60,6 +65,7 @@ class Edit:
 def install(edit: Edit) -> Edit:
     """Put `edit` on its model, after the edits already there; a module path not in the model is refused now."""
     _check_paths(edit.program, edit.namespace)
+    check_names(edit.program, edit.namespace)      # a name read elsewhere in the body: said now, not at every call
     stack = stack_on(edit.model)
     if stack is None:
         stack = EditStack(edit.model)

@@ -54,14 +54,15 @@ class EditStack:
             self.ends = self.model.register_forward_hook(self._on_return, always_call=True)
 
     def remove(self, edit) -> None:
-        """Take one edit off; the last one takes the stack's own hooks with it. Safe at any point of a call."""
+        """Take one edit off; the last one takes the stack's own hooks with it. Safe at any point of a call; one
+        cut short by an interrupt is finished by a second one (Edit.remove)."""
         try:
             self._close_runs(self.awaiting)
             self._close_runs()
         finally:
+            edit.active = False
             if edit in self.edits:
                 self.edits.remove(edit)
-            edit.active = False
             if self.edits:
                 self._arm()
             else:
@@ -161,6 +162,8 @@ class EditStack:
                 self.runs, self.running, self.call_frame = [], False, None
 
     def _take_off(self) -> None:
+        for run in self.runs + self.awaiting:      # (closed by remove() unless an interrupt cut that short)
+            run.close()
         for handle in [*self.starts, self.ends]:
             if handle is not None:
                 handle.remove()
