@@ -2,19 +2,27 @@
 with `--out` as the dataset grows. The embedded model, on this machine's CPU.
 
   (a) --over (batches of 16)  vs  a loop of single-prompt nbgrad.trace calls
-  (b) --over (batches of 16)  vs  hand-batched raw forward hooks (left padding, mask, position ids)
+  (b) --over (batches of 16)  vs  hand-batched raw forward hooks, the fair baseline: the same model and
+      weights, the same batches of 16 in the same order, tokenized as a user would (one tokenizer call per
+      batch, padded on the left, with the attention mask and position ids nbgrad passes), under no_grad, one
+      forward hook on the same block keeping the same values (each example's last position as a [1, 128]
+      copy of its own, not a view that holds the whole batch's output). Each repeat runs both sides on a
+      fresh draw of prompts (neither finds the prompts of an earlier repeat tokenized), in alternating
+      order; the medians of `--repeats` repeats in one process are printed, wall time and the process's
+      CPU time (the steadier of the two on a machine shared with other work), with the load average
   (c) --engine ray, 2 workers vs --engine local (a local Ray cluster of 2 CPUs): the first run, which starts
       the actors, and the next, which finds them
   (d) with a backward pass per example: --over (batches of 8) vs a loop of single-prompt traces
   (e) peak RSS above the start, --out DIR vs in memory, over 250 / 1000 / 2000 examples
 
-Run: `python bench/dataset_runs.py [--examples N] [--skip-ray]`.
+Run: `python bench/dataset_runs.py [--examples N] [--repeats R] [--skip-ray]`.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import random
+import statistics
 import tempfile
 import threading
 import time
@@ -41,11 +49,12 @@ def per_second(run, count: int) -> float:
 
 
 def raw_batched(model, texts: list, batch_size: int) -> list:
-    """What a user writes by hand: pad on the left, a forward hook, collect the last position."""
+    """What a user writes by hand: pad on the left, a forward hook, keep a copy of each example's last position."""
     tokenizer = nbgrad.tokenizer_for(model)
     tokenizer.padding_side = "left"
     kept = []
-    handle = model.transformer.h[-1].register_forward_hook(lambda m, a, o: kept.extend(o[:, -1:].unbind(0)))
+    handle = model.transformer.h[-1].register_forward_hook(
+        lambda m, a, o: kept.extend(row.clone() for row in o[:, -1:].unbind(0)))
     try:
         with torch.no_grad():
             for start in range(0, len(texts), batch_size):
@@ -57,19 +66,46 @@ def raw_batched(model, texts: list, batch_size: int) -> list:
     return kept
 
 
-def speed(model, count: int, skip_ray: bool) -> None:
+def timed(run) -> tuple:
+    """(wall seconds, CPU seconds of this process) of `run()`."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    run()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def over_against_raw(model, count: int, repeats: int) -> dict:
+    """{side: ([examples/s by wall time per repeat], [by CPU time])}, the sides interleaved, each repeat on fresh
+    prompts (the same for both sides) and the side that goes first alternating."""
+    def over(texts):
+        namespace = {"model": model}
+        nbgrad.trace(model, None, BODY, namespace, over=texts, batch_size=16, no_grad=True, progress=False)
+        return namespace["last"]
+    sides = {"over": over, "raw": lambda texts: raw_batched(model, texts, 16)}
+    check = prompts(32, seed=10**6)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(over(check), sides["raw"](check)))
+    rates = {side: ([], []) for side in sides}
+    for repeat in range(repeats):
+        texts = prompts(count, seed=repeat + 1)
+        for side in (("over", "raw") if repeat % 2 == 0 else ("raw", "over")):
+            wall, cpu = timed(lambda: sides[side](texts))
+            rates[side][0].append(count / wall)
+            rates[side][1].append(count / cpu)
+    return rates
+
+
+def speed(model, count: int, repeats: int, skip_ray: bool) -> None:
     texts = prompts(count)
-    namespace = {"model": model}
-    over = per_second(lambda: nbgrad.trace(model, None, BODY, namespace, over=texts, batch_size=16,
-                                           no_grad=True, progress=False), count)
+    rates = over_against_raw(model, count, repeats)
+    (over, over_cpu), (raw, raw_cpu) = ([statistics.median(r) for r in rates[s]] for s in ("over", "raw"))
+    paired = statistics.median(o / r for o, r in zip(rates["over"][0], rates["raw"][0]))
     single = per_second(lambda: [nbgrad.trace(model, text, BODY, no_grad=True) for text in texts], count)
-    raw = per_second(lambda: raw_batched(model, texts, 16), count)
-    check = raw_batched(model, texts[:32], 16)
-    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(namespace["last"][:32], check))
-    print(f"\n{count} prompts of 3-24 words, batches of 16, --no-grad, one read per example")
-    print(f"  --over                          {over:8.1f} examples/s")
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    print(f"\n{count} prompts of 3-24 words, batches of 16, --no-grad, one read per example; medians of "
+          f"{repeats} interleaved repeats (load average {load} on {os.cpu_count()} cores)")
+    print(f"  --over                          {over:8.1f} examples/s   ({over_cpu:.1f}/s of CPU time)")
     print(f"  (a) loop of single-prompt traces {single:8.1f} examples/s   --over is {over / single:5.2f}x that")
-    print(f"  (b) hand-batched raw hooks       {raw:8.1f} examples/s   --over is {over / raw:5.2f}x that")
+    print(f"  (b) hand-batched raw hooks       {raw:8.1f} examples/s   --over is {over / raw:5.2f}x that "
+          f"(per repeat, median {paired:.2f}x; by CPU time {over_cpu / raw_cpu:.2f}x: {raw_cpu:.1f}/s)")
     if skip_ray:
         return
     import ray
@@ -158,6 +194,7 @@ def memory() -> None:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--examples", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--skip-ray", action="store_true")
     parser.add_argument("--memory-child", nargs=2, metavar=("MODE", "COUNT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -165,7 +202,7 @@ def main(argv=None) -> None:
         return memory_child(args.memory_child[0], int(args.memory_child[1]))
     torch.set_num_threads(1)
     model = nbgrad.load_model()
-    speed(model, args.examples, args.skip_ray)
+    speed(model, args.examples, args.repeats, args.skip_ray)
     gradient_speed(model)
     memory()
 

@@ -1,6 +1,8 @@
 """Natural inputs of `--over` and INPUT: a 2-D tensor of ids is one example per row, a 1-D tensor of ids is one
 example; a dict and a 1-D tensor given to `--over` are refused with what to write. Values are compared with plain
 forward hooks on the same weights."""
+import copy
+
 import pytest
 import torch
 
@@ -53,3 +55,19 @@ def test_over_a_1d_tensor_is_refused_with_what_to_write(default_model):
     assert str(caught.value) == ("--over a tensor runs the cell once per row (each row one example's ids); this one "
                                  "has shape [4]: give a 1-D tensor of ids as INPUT, without --over (or --over [ids] "
                                  "for a dataset of one example)")
+
+
+def test_new_prompts_are_tokenized_in_one_call_each_row_as_alone(default_model, monkeypatch):
+    """A batch's prompts not seen before go to a fast tokenizer as one list (not a call per prompt); each row is
+    still the prompt's ids alone, as the tokenizer gives them for that prompt."""
+    from nbgrad.models.padding import token_rows
+    tokenizer = copy.deepcopy(nbgrad.tokenizer_for(default_model))       # its own cache: every prompt is new
+    prompts = ["  leading spaces", "é ü 日本語", "", "x y z", "x y z"]
+    alone = [tuple(tokenizer(prompt)["input_ids"]) for prompt in prompts]
+    calls = []
+    encode = type(tokenizer).__call__
+    monkeypatch.setattr(type(tokenizer), "__call__",
+                        lambda self, text, **kw: calls.append(text) or encode(self, text, **kw))
+    assert token_rows(tokenizer, prompts) == alone
+    assert calls == [list(dict.fromkeys(prompts))]
+    assert token_rows(tokenizer, prompts[:2]) == alone[:2] and len(calls) == 1       # kept: no call again

@@ -10,7 +10,7 @@ from ..errors import InputError
 from .inputs import call_arguments, input_device
 from .loading import no_tokenizer_message
 from .limits import check_token_range
-from .padding import Batch, accepts, pad_id, positions_from_mask, remembered, spans_of, tokens
+from .padding import Batch, accepts, pad_id, positions_from_mask, remembered, spans_of, token_rows, tokens
 
 
 def batch_invokes(values: list, invokes: list, model: nn.Module, tokenizer) -> tuple:
@@ -52,6 +52,12 @@ def _token_rows(value, invoke, tokenizer) -> list:
     return rows
 
 
+def _rows_per_invoke(values: list, invokes: list, tokenizer) -> list:
+    """Each invoke's token rows; the prompts not seen before tokenized together first (token_rows)."""
+    token_rows(tokenizer, [prompt for value in values for prompt in ([value] if isinstance(value, str) else value)])
+    return [_token_rows(value, invoke, tokenizer) for value, invoke in zip(values, invokes)]
+
+
 def _text_batch(values: list, invokes: list, model: nn.Module, tokenizer) -> tuple:
     """Text padded on the left; ids, attention mask and position ids made into tensors at once, on the
     input device. This runs before every cell with invokes, so the batch is kept per set of INPUTs and
@@ -61,8 +67,7 @@ def _text_batch(values: list, invokes: list, model: nn.Module, tokenizer) -> tup
     pad = pad_id(tokenizer)
     key = (tuple(value if isinstance(value, str) else tuple(value) for value in values)
            if list in map(type, values) else tuple(values), pad)
-    batch = remembered(tokenizer, key, lambda: Batch(
-        [_token_rows(value, invoke, tokenizer) for value, invoke in zip(values, invokes)], pad))
+    batch = remembered(tokenizer, key, lambda: Batch(_rows_per_invoke(values, invokes, tokenizer), pad))
     check_token_range(batch.low, batch.high, batch.stacked.shape[-1], model)
     return (), batch.call_kwargs(model, input_device(model)), batch.spans
 

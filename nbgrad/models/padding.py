@@ -59,15 +59,20 @@ def _cache_of(tokenizer) -> dict | None:
     return _seen[id(tokenizer)][1]
 
 
+def _kept(tokenizer, key) -> tuple:
+    """(the tokenizer's cache, the full key) for `key`; (None, None) where nothing can be kept for it."""
+    seen = _cache_of(tokenizer)
+    try:
+        return seen, (key, len(tokenizer), getattr(tokenizer, "add_bos_token", None),
+                      getattr(tokenizer, "add_eos_token", None))
+    except TypeError:
+        return None, None
+
+
 def remembered(tokenizer, key, make):
     """`make()`, kept in the tokenizer's cache under `key`; made anew, unkept, for a tokenizer that
     cannot be weakly referenced or has no len()."""
-    seen = _cache_of(tokenizer)
-    try:
-        key = (key, len(tokenizer), getattr(tokenizer, "add_bos_token", None),
-               getattr(tokenizer, "add_eos_token", None))
-    except TypeError:
-        seen = None
+    seen, key = _kept(tokenizer, key)
     if seen is None:
         return make()
     value = seen.get(key)
@@ -81,6 +86,18 @@ def remembered(tokenizer, key, make):
 def tokens(tokenizer, prompt: str) -> tuple:
     """The token ids of one prompt, as the tokenizer gives them for the prompt alone."""
     return remembered(tokenizer, prompt, lambda: tuple(tokenizer(prompt)["input_ids"]))
+
+
+def token_rows(tokenizer, prompts: list) -> list:
+    """`tokens` of each prompt. A fast tokenizer encodes the prompts it has not seen in one call on the list (one
+    pass of its Rust code, not a Python call per prompt): unpadded, each row is the prompt's ids alone."""
+    seen, _ = _kept(tokenizer, None)
+    if seen is not None and getattr(tokenizer, "is_fast", False) is True:
+        new = [prompt for prompt in dict.fromkeys(prompts) if _kept(tokenizer, prompt)[1] not in seen]
+        if len(new) > 1:
+            for prompt, ids in zip(new, tokenizer(new)["input_ids"]):
+                remembered(tokenizer, prompt, lambda ids=ids: tuple(ids))
+    return [tokens(tokenizer, prompt) for prompt in prompts]
 
 
 class Batch:
