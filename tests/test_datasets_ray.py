@@ -1,5 +1,5 @@
 """`--engine ray`: the same cell on a local two-worker Ray cluster gives what `--engine local` gives, and
-the work runs in the workers' processes. One cluster for the module, shut down at the end."""
+the work runs in the workers' processes. The Ray tests' head node (conftest's ray_head), connected to for the module."""
 import gc
 import os
 from pathlib import Path
@@ -25,11 +25,10 @@ pid = nbgrad.save(torch.tensor(os.getpid()))
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(ray_head):
     # Workers import nbgrad as this process does: the working tree first, when the tests run from it.
     tests = Path(__file__).resolve().parent
-    # A busy machine's node can time out during its start: tried a bounded number of times, each failure said
-    start_cluster(attempts=5, num_cpus=2, include_dashboard=False, logging_level="ERROR",
+    start_cluster(attempts=3, address=ray_head.address, logging_level="ERROR",
                   runtime_env={"env_vars": {"PYTHONPATH": f"{tests.parent}:{tests}", "OMP_NUM_THREADS": "1"}})
     yield
     ray.shutdown()
