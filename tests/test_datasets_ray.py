@@ -205,3 +205,23 @@ def test_canonical_patterns_run_eagerly_on_the_workers_as_in_the_notebook(cluste
         for here, there in zip(local[name], on_ray[name], strict=True):
             torch.testing.assert_close(there, here, atol=1e-5, rtol=1e-4)
     assert all(torch.allclose(p.sum(-1), torch.ones_like(p.sum(-1))) for p in on_ray["p"])
+
+
+def head_processes() -> set:
+    import psutil
+    found = set()
+    for process in psutil.process_iter(["cmdline"]):
+        if any("ray-head-" in part for part in process.info["cmdline"] or []):
+            found.add(process.pid)
+    return found
+
+
+def test_a_head_that_does_not_start_in_time_says_so_for_each_try_and_leaves_nothing():
+    import tempfile
+    from nbgrad.datasets.head import Head
+    folders = set(Path(tempfile.gettempdir()).glob("ray-head-*"))
+    before = head_processes()            # the Ray tests' own head, if it runs
+    with pytest.raises(nbgrad.NbgradError, match=r"did not start in 2 attempts: attempt 1: the head not started in "
+                                                 r"1 s: .*; attempt 2: the head not started in 1 s"):
+        Head(attempts=2, start_s=1)
+    assert head_processes() <= before and set(Path(tempfile.gettempdir()).glob("ray-head-*")) <= folders
