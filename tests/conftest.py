@@ -1,10 +1,15 @@
 import os
+from pathlib import Path
 
-import pytest
-import torch
+# Every Ray cluster of the tests, and every process that connects to one, authenticates with Ray's token
+# (~/.ray/auth_token): a driver that connects to a given address does so only when told, and Ray reads this once
+os.environ.setdefault("RAY_AUTH_MODE", "token")
 
-import nbgrad
-from helpers import tiny_gpt2
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import nbgrad  # noqa: E402
+from helpers import tiny_gpt2  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -44,6 +49,23 @@ def shell():
 #   headless run of a tutorial that writes to a fixed folder, as its run in the browser does (test_notebooks.py);
 # - "ray": a local Ray cluster per module, whose processes and session folder a second cluster would contend for.
 RAY_MODULES = ("test_datasets_ray.py", "test_remote.py", "test_remote_client.py")
+
+
+@pytest.fixture(scope="session")
+def ray_head():
+    """One Ray head node for the Ray modules (nbgrad/datasets/head.py: it starts on a busy machine too), with a
+    client server on 127.0.0.1; each module connects and disconnects, and the head ends with the session, or
+    with its failed start, taking every process it started along."""
+    pytest.importorskip("ray")
+    from nbgrad.datasets.head import Head
+    tests = Path(__file__).resolve().parent
+    # Workers import nbgrad as this process does: the working tree first. One thread each
+    head = Head(num_cpus=2, resources={"remote_slot": 2}, client=True,
+                env={"PYTHONPATH": f"{tests.parent}:{tests}", "OMP_NUM_THREADS": "1"})
+    try:
+        yield head
+    finally:
+        head.stop()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,5 +1,5 @@
 """`--engine ray`: the same cell on a local two-worker Ray cluster gives what `--engine local` gives, and
-the work runs in the workers' processes. One cluster for the module, shut down at the end."""
+the work runs in the workers' processes. The Ray tests' head node (conftest's ray_head), connected to for the module."""
 import gc
 import os
 from pathlib import Path
@@ -25,11 +25,10 @@ pid = nbgrad.save(torch.tensor(os.getpid()))
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(ray_head):
     # Workers import nbgrad as this process does: the working tree first, when the tests run from it.
     tests = Path(__file__).resolve().parent
-    # A busy machine's node can time out during its start: tried a bounded number of times, each failure said
-    start_cluster(attempts=5, num_cpus=2, include_dashboard=False, logging_level="ERROR",
+    start_cluster(attempts=3, address=ray_head.address, logging_level="ERROR",
                   runtime_env={"env_vars": {"PYTHONPATH": f"{tests.parent}:{tests}", "OMP_NUM_THREADS": "1"}})
     yield
     ray.shutdown()
@@ -206,3 +205,23 @@ def test_canonical_patterns_run_eagerly_on_the_workers_as_in_the_notebook(cluste
         for here, there in zip(local[name], on_ray[name], strict=True):
             torch.testing.assert_close(there, here, atol=1e-5, rtol=1e-4)
     assert all(torch.allclose(p.sum(-1), torch.ones_like(p.sum(-1))) for p in on_ray["p"])
+
+
+def head_processes() -> set:
+    import psutil
+    found = set()
+    for process in psutil.process_iter(["cmdline"]):
+        if any("ray-head-" in part for part in process.info["cmdline"] or []):
+            found.add(process.pid)
+    return found
+
+
+def test_a_head_that_does_not_start_in_time_says_so_for_each_try_and_leaves_nothing():
+    import tempfile
+    from nbgrad.datasets.head import Head
+    folders = set(Path(tempfile.gettempdir()).glob("ray-head-*"))
+    before = head_processes()            # the Ray tests' own head, if it runs
+    with pytest.raises(nbgrad.NbgradError, match=r"did not start in 2 attempts: attempt 1: the head not started in "
+                                                 r"1 s: .*; attempt 2: the head not started in 1 s"):
+        Head(attempts=2, start_s=1)
+    assert head_processes() <= before and set(Path(tempfile.gettempdir()).glob("ray-head-*")) <= folders

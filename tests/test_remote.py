@@ -1,6 +1,6 @@
 """`nbgrad.remote(...)`: a model held by a Ray actor runs the same cells as a local copy of it, bit for bit on
-CPU; what travels is the cell and its values, never the weights. One local cluster and one actor for the
-module (Ray starts slowly on a busy machine); the last test kills the actor and restarts it."""
+CPU; what travels is the cell and its values, never the weights. The Ray tests' head node (conftest's ray_head) and one
+actor for the module (Ray starts slowly on a busy machine); the last test kills the actor and restarts it."""
 import _thread
 import os
 import subprocess
@@ -23,16 +23,17 @@ ENV = {"PYTHONPATH": f"{TESTS.parent}:{TESTS}", "OMP_NUM_THREADS": "1"}
 
 
 @pytest.fixture(scope="module")
-def big():
+def big(ray_head):
     # The actor imports nbgrad as this process does: the working tree first. One thread there and here while
     # a test compares values, so that sums are done in the same order (bit-equal results)
-    start_cluster(attempts=5, num_cpus=2, resources={"remote_slot": 2}, include_dashboard=False,
-                  logging_level="ERROR", runtime_env={"env_vars": ENV})
+    start_cluster(attempts=3, address=ray_head.address, logging_level="ERROR", runtime_env={"env_vars": ENV})
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield nbgrad.remote()
-    torch.set_num_threads(threads)
-    ray.shutdown()
+    try:
+        yield nbgrad.remote()
+    finally:
+        torch.set_num_threads(threads)
+        ray.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -1,79 +1,24 @@
-"""`nbgrad.remote(...)` through a Ray client (`ray.init("ray://...")`), as a notebook off the cluster connects:
-a head node of this test's own (started with a client server on 127.0.0.1, stopped by its process), one actor,
-every cell form of tests/test_remote.py equal to a local copy's."""
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
-import threading
-import time
-from pathlib import Path
-
+"""`nbgrad.remote(...)` through a Ray client (`ray.init("ray://127.0.0.1:PORT")`), as a notebook off the cluster
+connects: the Ray tests' head node (conftest's ray_head, whose client server listens on 127.0.0.1), one actor, every
+cell form of tests/test_remote.py equal to a local copy's, and its errors, interrupt and killed actor as there."""
 import pytest
 import torch
 
 import nbgrad
 from nbgrad.datasets.cluster import start_cluster
+from test_remote import test_a_killed_actor_is_a_clear_error_and_restart_recovers as killed_actor_recovers
+from test_remote import test_an_interrupt_stops_the_remote_run_and_leaves_the_model_clean as interrupted
 from test_remote import test_canonical_names_and_out_on_the_handle_equal_local as canonical_names_and_out
 from test_remote import test_errors_come_back_as_the_local_cells_own as errors_as_local
 from test_remote import test_other_cell_forms_equal_local as other_cell_forms
 
 ray = pytest.importorskip("ray")
 PROMPT = "The Eiffel Tower is in the city of"
-HEAD_ATTEMPTS = 3
-HEAD_START_S = 180
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def start_head(folder: str, env: dict) -> tuple:
-    """(the `ray start --block` process, client port), once the head says it started; tried HEAD_ATTEMPTS
-    times, each failure said."""
-    failures = []
-    for attempt in range(HEAD_ATTEMPTS):
-        port, client = free_port(), free_port()
-        head = subprocess.Popen(
-            [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", "--node-ip-address=127.0.0.1",
-             f"--port={port}", f"--ray-client-server-port={client}", "--num-cpus=2", "--include-dashboard=false",
-             "--disable-usage-stats", f"--temp-dir={folder}"],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        lines: list = []
-        threading.Thread(target=lambda: lines.extend(head.stdout), daemon=True).start()
-        deadline = time.monotonic() + HEAD_START_S
-        while head.poll() is None and time.monotonic() < deadline and not any("Ray runtime started" in line
-                                                                              for line in lines):
-            time.sleep(0.5)
-        if head.poll() is None and any("Ray runtime started" in line for line in lines):
-            start_cluster(attempts=3, address=f"ray://127.0.0.1:{client}", logging_level="ERROR")
-            return head, client
-        failures.append(f"attempt {attempt + 1} ({'ended' if head.poll() is not None else 'still starting'}): "
-                        + "".join(lines[-5:]))
-        stop_head(head)
-    pytest.fail("the head node with a client server did not start: " + "; ".join(failures))
-
-
-def stop_head(head) -> None:
-    os.killpg(head.pid, signal.SIGTERM)        # its own session: the head and what it started
-    try:
-        head.wait(timeout=60)       # the head ends the processes it started
-    except subprocess.TimeoutExpired:
-        os.killpg(head.pid, signal.SIGKILL)
-        head.wait()
 
 
 @pytest.fixture(scope="module")
-def big():
-    tests = Path(__file__).resolve().parent
-    env = {**os.environ, "PYTHONPATH": f"{tests.parent}:{tests}", "OMP_NUM_THREADS": "1"}
-    folder = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
-    head, _ = start_head(folder, env)
+def big(ray_head):
+    start_cluster(attempts=3, address=ray_head.client_address, logging_level="ERROR")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -81,8 +26,6 @@ def big():
     finally:
         torch.set_num_threads(threads)
         ray.shutdown()
-        stop_head(head)
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_a_cell_through_a_ray_client_equals_local(big):
@@ -112,3 +55,12 @@ def test_every_cell_form_through_a_ray_client_equals_local(big, local, tmp_path)
     canonical_names_and_out(big, local, tmp_path)
     errors_as_local(big, local)
     assert big.call(lambda m: sum(len(x._forward_hooks) for x in m.modules())) == 0
+
+
+def test_an_interrupt_through_a_ray_client_stops_the_remote_run_and_leaves_the_model_clean(big):
+    assert ray.util.client.ray.is_connected()
+    interrupted(big)
+
+
+def test_a_killed_actor_through_a_ray_client_is_a_clear_error_and_restart_recovers(big, local):
+    killed_actor_recovers(big, local)
