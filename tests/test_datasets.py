@@ -185,12 +185,12 @@ def test_a_message_that_names_another_line_names_the_cells_line(default_model):
     """The batch's program repeats the cell once per example: a line a message mentions is mapped back, as the
     message's own line is."""
     with pytest.raises(nbgrad.GradError) as caught:        # one backward pass for the batch, on its last copy's line
-        nbgrad.trace(default_model, None, "x = model.transformer.h[1].output[:, -1].grad.save()\n"
+        nbgrad.trace(default_model, None, "h = model.transformer.h[1].output[:, -1]\nx = h.grad.save()\n"
                      "model.lm_head.output[:, -1].max().backward()", {"model": default_model}, over=["a b", "c d", "e"],
                      batch_size=3)
     default_model.zero_grad(set_to_none=True)
-    assert str(caught.value).startswith("line 1: model.transformer.h[1].output[:, -1].grad was never computed by the "
-                                        "backward pass of line 2 (model.lm_head.output[:, -1].max().backward())")
+    assert str(caught.value).startswith("line 2: h.grad was never computed by the backward pass of line 3 "
+                                        "(model.lm_head.output[:, -1].max().backward())")
 
 
 def test_an_interrupt_in_the_second_batch_leaves_model_and_namespace_clean(default_model, tmp_path):
