@@ -1,6 +1,7 @@
 """Run a compiled Program on a model: hooks on exactly the events the graph names, each statement resumed when what it
 waits for exists, every hook removed and every flag restored in `finally`. A Runtime is the run core itself
-(scheduler.py) with the run's entry points; what answers its requests are the homes of the events (docs/architecture.md):
+(scheduler.py) with the run's entry points; what answers its requests are the homes of the events
+(docs/architecture.md):
 
     Runtime (the core) ── HookSet        every handle, removed together        (hookset.py)
                        ├─ ForwardEvents  module outputs and inputs             (forward.py)
@@ -37,7 +38,7 @@ from .stopping import StopRun, request_stop
 
 class Runtime(Scheduler):
     """One run of one cell. Create, call `run_trace` or `run_backward`, discard. Creating one changes nothing outside
-    it: everything the run touches is taken and given back inside `_run`."""
+    it: everything the run touches is taken and given back inside `run_trace` (or by `close`, for steps)."""
     # The request types compiled code builds, as `__nbgrad__.new(__nbgrad__.Read, (...))` (compile/rewrite.py)
     Read, Write, GradRead, GradWrite, Backward = Read, Write, GradRead, GradWrite, Backward
     new = tuple.__new__
@@ -209,8 +210,8 @@ class Runtime(Scheduler):
         return self._result()
 
     def close(self, error: BaseException | None = None) -> BaseException | None:
-        """Give everything back (idempotent, from two nested `finally` blocks as in `_run`); with `error`, return it
-        as the cell shows it, hints added."""
+        """Give everything back (idempotent, from two nested `finally` blocks as in `run_trace`); with `error`,
+        return it as the cell shows it, hints added."""
         try:
             try:
                 if error is not None:
