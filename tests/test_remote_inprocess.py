@@ -5,9 +5,7 @@ import pytest
 import torch
 
 import nbgrad
-from inprocess import InProcess, in_process_handle
-from nbgrad.remote.actor import ModelHolder
-from nbgrad.remote.handle import RemoteModel
+from inprocess import Counted, counted_handle, in_process_handle, one_read_traffic
 
 ray = pytest.importorskip("ray")
 PROMPT = "The Eiffel Tower is in the city of"
@@ -73,25 +71,11 @@ def test_options_a_remote_model_does_not_take_are_said(big):
     assert graph is not None and big.stats() == []          # --graph: compiled here, nothing sent
 
 
-class Counted(InProcess):
-    """The in-process actor, counting what the notebook asks of it after the handle is made."""
-
-    def __init__(self, holder):
-        super().__init__(holder)
-        self.calls = []
-
-    def __getattr__(self, name):
-        self.calls.append(name)
-        return super().__getattr__(name)
 
 
 @pytest.fixture
 def counted(monkeypatch):
-    monkeypatch.setattr(ray, "get", lambda answer: answer)
-    actor = Counted(ModelHolder(nbgrad.load_model))
-    handle = RemoteModel(nbgrad.load_model, {}, actor=actor)
-    actor.calls.clear()                 # describe(), which made the skeleton
-    return handle, actor
+    return counted_handle(monkeypatch)
 
 
 @pytest.mark.parametrize("source, local_source", [
@@ -235,14 +219,10 @@ def test_a_copy_the_actor_keeps_pickles_as_a_plain_tensor(big, tmp_path):
 def test_weights_never_travel_and_what_does_is_counted(big):
     """SPEC 3d: a one-read cell moves its saved value and its text, within 2x, never the weights; a cell that binds
     a weight-sized value is counted as such (the count sees what travels)."""
-    source = "h = big.transformer.h[1].output.save()\n"
-    namespace = {"big": big}
-    nbgrad.trace(big, PROMPT, source, namespace)
-    cell = big.stats()[-1]
-    moved = cell["sent"] + cell["received"]
-    least = namespace["h"].numel() * namespace["h"].element_size() + len(source.encode())
-    assert cell["cell"] == source.strip() and least <= moved <= 2 * least, cell
+    cell, moved, least = one_read_traffic(big, PROMPT)
+    assert cell["cell"] == "h = big.transformer.h[1].output.save()" and least <= moved <= 2 * least, cell
     assert moved < big.weight_bytes / 100
+    namespace = {"big": big}
     nbgrad.trace(big, PROMPT, "w = (big.transformer.wte.weight * 1).save()\n", namespace)
     embedding = namespace["w"].numel() * namespace["w"].element_size()
     assert big.stats()[-1]["received"] >= embedding > big.weight_bytes / 20

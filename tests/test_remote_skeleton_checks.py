@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import nbgrad
-from inprocess import InProcess
+from inprocess import Counted, counted_handle
 from nbgrad.remote.actor import ModelHolder
 from nbgrad.remote.handle import RemoteModel
 
@@ -16,16 +16,6 @@ ray = pytest.importorskip("ray")
 PROMPT = "The Eiffel Tower is in the city of"
 
 
-class Counted(InProcess):
-    """The in-process actor, counting what the notebook asks of it."""
-
-    def __init__(self, holder):
-        super().__init__(holder)
-        self.calls = []
-
-    def __getattr__(self, name):
-        self.calls.append(name)
-        return super().__getattr__(name)
 
 
 @pytest.fixture(scope="module")
@@ -35,11 +25,7 @@ def local():
 
 @pytest.fixture
 def counted(monkeypatch):
-    monkeypatch.setattr(ray, "get", lambda answer: answer)
-    actor = Counted(ModelHolder(nbgrad.load_model))
-    handle = RemoteModel(nbgrad.load_model, {}, actor=actor)
-    actor.calls.clear()                 # describe(), which made the skeleton
-    return handle, actor
+    return counted_handle(monkeypatch)
 
 
 def hooks(model) -> int:
