@@ -22,7 +22,9 @@ def test_the_edits_note_comes_with_an_edit_and_goes_with_its_removal(lab, page):
                   " n.widgets[2].model.sharedModel.setSource('steer.remove()'); n.activeCellIndex = 2; }")
     run_command(page, "notebook:run-cell")
     wait_for_kernel_idle(page)
+    # A reply asked for before the removal may rebuild the tree first: wait for the rebuild that drops the note.
+    page.locator(NOTE).wait_for(state="detached", timeout=30_000)
     page.wait_for_function("old => !old.isConnected", arg=old_row, timeout=30_000)    # the tree was rebuilt
-    page.locator('.nbgrad-node-row[data-path="model"]').wait_for(timeout=30_000)
+    page.locator('.nbgrad-node-row[data-path="model"]').wait_for(timeout=30_000)     # and still lists the model
     assert page.locator(NOTE).count() == 0
     screenshot(page, "sidebar-edits-off")
