@@ -6,8 +6,8 @@ from .errors import GradError, InputError, ModulePathError, NbgradError, OrderEr
 from .generation import GenerationResult, generate
 from .models import load_model, processor_for, tokenizer_for
 from .remote import RemoteModel, Scan, remote, scan
-from .engine.run.result import Result
-from .engine.run.cache import Cache
+from .engine.results.result import Result
+from .engine.results.cache import Cache
 from .engine.edit.edits import Edit
 from .views.attention import attention_pattern
 

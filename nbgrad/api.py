@@ -13,10 +13,10 @@ from .engine.compile.helpers import compile_with_helpers
 from .engine.compile.pasted import NAME as TRACER, rewritten
 from .engine.compile.sourcetext import check_source
 from .engine.compile.unroll import NeedsElements
-from .engine.run import checks
-from .engine.run.cache import Cache
-from .engine.run.result import Result
-from .engine.run.listing import listing
+from .engine import checks
+from .engine.results.cache import Cache
+from .engine.results.result import Result
+from .engine.listing import listing
 from .engine.edit.edits import Edit, install, names_read
 from .engine.edit.editstack import stack_on
 from .engine.run.moduletree import compiled_inner

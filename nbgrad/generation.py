@@ -19,7 +19,7 @@ from . import models
 from .engine.compile.helpers import compile_with_helpers
 from .engine.compile.pasted import rewritten
 from .engine.run.moduletree import compiled_inner
-from .engine.run.result import Result, holds_saved
+from .engine.results.result import Result, holds_saved
 from .engine.run.rows import InvokeRows
 from .engine.run.runtime import Runtime
 from .errors import GradError, InputError, NbgradError

@@ -4,7 +4,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 import nbgrad
-from nbgrad.engine.run.cache import main_tensor
+from nbgrad.engine.results.cache import main_tensor
 
 
 def tiny_gpt2(n_layer=4, seed=0):

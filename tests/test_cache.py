@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import nbgrad
-from nbgrad.engine.run.cache import main_tensor
+from nbgrad.engine.results.cache import main_tensor
 from helpers import assert_clean, hooked, model_state
 
 IDS = torch.tensor([[5, 9, 2, 7, 11]])

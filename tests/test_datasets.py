@@ -10,7 +10,7 @@ from safetensors import safe_open
 
 import nbgrad
 from helpers import assert_clean, model_state
-from nbgrad.engine.run.cache import main_tensor
+from nbgrad.engine.results.cache import main_tensor
 
 PROMPTS = ["The Eiffel Tower is in the city of", "Hi", "A much longer prompt that talks about many different "
            "things, one after the other", "Paris", "The capital of Italy is", "x y"]

@@ -231,7 +231,7 @@ def test_only_the_notebook_room_imports_ipython():
 
 def test_the_layout_finds_imports(tmp_path):
     assert "engine.run.runtime" in imported_modules(PACKAGE / "api.py")
-    assert "errors.diagnose" in imported_modules(PACKAGE / "engine" / "run" / "checks.py")
+    assert "errors.diagnose" in imported_modules(PACKAGE / "engine" / "checks.py")
     assert _imports_ipython(PACKAGE / "notebook" / "magics.py")
 
 

@@ -5,7 +5,7 @@ import dataclasses
 import torch
 
 import nbgrad
-from nbgrad.engine.run.result import Later, Result
+from nbgrad.engine.results.result import Later, Result
 
 PROMPT = "The Eiffel Tower is in the city of"
 CELL = ("c = cache('transformer.h.1')\n"

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError, ModulePathError, diagnose
-from ..engine.run.cache import matching_any
+from ..engine.results.cache import matching_any
 from ..errors.naming import a_or_an, path_spellings
 
 

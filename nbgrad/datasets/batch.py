@@ -12,8 +12,8 @@ from dataclasses import replace
 import torch
 
 from ..engine.compile.compiler import compile_cell
-from ..engine.run.cache import Cache, Calls, same_elements
-from ..engine.run.result import holds_saved
+from ..engine.results.cache import Cache, Calls, same_elements
+from ..engine.results.result import holds_saved
 from ..engine.run.rows import InvokeRows, rebuilt
 from ..engine.run.runtime import Runtime
 from ..errors import NbgradError, at_cell_line

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..engine.run.cache import Cache, Calls, same_elements
+from ..engine.results.cache import Cache, Calls, same_elements
 from ..errors import NbgradError
 from ..errors.naming import a_or_an
 

@@ -9,8 +9,8 @@ import sys
 
 from ..engine.compile.compiler import compile_cell
 from ..engine.compile.helpers import called_helpers
-from ..engine.run import checks
-from ..engine.run.result import Result
+from ..engine import checks
+from ..engine.results.result import Result
 from ..errors import ArgumentError
 from ..models.cell import default_namespace, model_to_trace
 from . import examples as reading

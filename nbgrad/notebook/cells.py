@@ -45,7 +45,7 @@ def show_result(shell, result, quiet: bool, model, title: str = "") -> None:
 
 def split_caches(result, tokenizer=None) -> tuple:
     """(the result without its Caches, a panel for each Cache the cell bound): a Cache has a panel of its own."""
-    from ..engine.run.cache import Cache
+    from ..engine.results.cache import Cache
     from ..views.cache import CachePanel
     caches = {name: value for name, value in result.saved.items() if isinstance(value, Cache)}
     if not caches:

@@ -7,7 +7,7 @@ from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, 
 from IPython.core.magic_arguments import argument, kwds, magic_arguments
 
 from .. import api
-from ..engine.run import checks
+from ..engine import checks
 from ..errors import NbgradError, for_the_cell
 from ..errors.naming import a_or_an
 from .cells import explain_unsaved, model_named, show_result

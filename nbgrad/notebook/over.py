@@ -4,7 +4,7 @@ from __future__ import annotations
 from IPython.core.magic_arguments import argument
 
 from .. import datasets
-from ..engine.run.checks import DATASET_DEFAULTS
+from ..engine.checks import DATASET_DEFAULTS
 from ..errors import InputError
 
 _OPTIONS = (
@@ -58,7 +58,7 @@ def trace_over_line(magics, model, model_name: str, input_text, args, cell: str,
 def _display(saved: dict, title: str, tokenizer, cell: str = "", model=None) -> None:
     """The values as a panel, examples stacked (views/dataset.py); a Cache name shows its first example's cache."""
     from IPython.display import display
-    from ..engine.run.cache import Cache
+    from ..engine.results.cache import Cache
     from ..views.cache import CachePanel
     from ..views.dataset import dataset_panel
     caches = [name for name, values in saved.items() if len(values) and isinstance(values[0], Cache)]

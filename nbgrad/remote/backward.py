@@ -5,7 +5,7 @@ comes back as from a cell. The parameters' `.grad` stay on the actor (they are a
 from __future__ import annotations
 
 from ..engine.compile.compiler import compile_cell
-from ..engine.run.result import Result
+from ..engine.results.result import Result
 from ..errors import NbgradError
 from .exchange import exchange
 from .kept import mark

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..engine.compile.compiler import compile_cell
-from ..engine.run.result import Result
+from ..engine.results.result import Result
 from .exchange import exchange
 from .kept import mark
 from .pathcheck import check_paths

@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from ..engine.compile.sourcetext import check_source
-from ..engine.run.cache import Cache
-from ..engine.run.checks import trace_arguments
+from ..engine.results.cache import Cache
+from ..engine.checks import trace_arguments
 from ..errors import CELL_FILENAME_PREFIX, NbgradError
 from ..models.cell import default_namespace
 from ..models.loading import tokenizer_for

@@ -26,7 +26,7 @@ def skeleton_of(model: nn.Module) -> nn.Module:
 def on_cpu(value, copies: dict | None = None):
     """What a cell bound, as values that can cross to a machine without the actor's devices: tensors detached
     and copied to CPU (one copy of a tensor held twice), containers and a Cache part by part."""
-    from ..engine.run.cache import Cache
+    from ..engine.results.cache import Cache
     copies = {} if copies is None else copies
     if isinstance(value, torch.Tensor):
         copy_ = copies.get(id(value))

@@ -12,7 +12,7 @@ from torch import nn
 
 from ...errors import ModulePathError, NbgradError, diagnose
 from ...errors.naming import a_or_an, path_spellings
-from .cache import Cache, Calls, main_tensor, matching_names
+from ..results.cache import Cache, Calls, main_tensor, matching_names
 
 
 def start_cache(runtime, line: int, modules="*", *, inputs: bool = False, grads: bool = False, device=None,

@@ -9,7 +9,7 @@ from torch import nn
 
 from .moduletree import parameter_columns
 from ..compile.program import RUNTIME_NAME
-from .result import holds_unsaved
+from ..results.result import holds_unsaved
 
 _MISSING = object()
 # Per namespace (by id): names a trace bound to values it did not save, for the NameError hint. Kept

@@ -29,7 +29,7 @@ from .hookset import HookSet
 from .missing import never_came
 from .onesave import forward_one
 from .outcome import failed_cell, run_graph
-from .result import Later, Result, run_result
+from ..results.result import Later, Result, run_result
 from .scheduler import AFTER_FORWARD, BEFORE_MODEL, FORWARD, Scheduler
 from .sites import source_of
 from .skips import skip_of

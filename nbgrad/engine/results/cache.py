@@ -12,7 +12,7 @@ import torch
 
 from ...errors import NbgradError
 from ...errors.naming import path_spellings
-from .claims import active_runtime
+from ..run.claims import active_runtime
 
 
 def main_tensor(value):

@@ -5,9 +5,9 @@ import types
 
 from torch import nn
 
-from ...errors.naming import a_or_an
-from ..compile.sites import innermost, site_code
-from .sites import ModuleSource, NbgradError, Site, source_of
+from ..errors.naming import a_or_an
+from .compile.sites import innermost, site_code
+from .run.sites import ModuleSource, NbgradError, Site, source_of
 
 
 class SourceListing(str):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ...errors import diagnose
-from ...errors import ArgumentError, GradError
-from ...errors.naming import a_or_an
+from ..errors import diagnose
+from ..errors import ArgumentError, GradError
+from ..errors.naming import a_or_an
 
 
 def trace_arguments(model, namespace) -> None:
