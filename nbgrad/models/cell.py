@@ -53,4 +53,7 @@ def invoke_inputs(program, input, namespace: dict, magic: str = "%%trace") -> li
         except Exception as error:
             raise InputError(f"invoke INPUT `{invoke.text}` could not be evaluated: {type(error).__name__}: "
                              f"{error}", invoke.line) from error
+        if values[-1] is None:      # not "missing INPUT": the block gives one, and it holds nothing
+            raise InputError(f"invoke INPUT `{invoke.text}` is None: give the block a string, a list of strings, a "
+                             f"tensor, a dict or a tuple", invoke.line)
     return values

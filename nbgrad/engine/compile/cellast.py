@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import ast
 
+from ...errors import NbgradError
+
 MODULE_EVENTS = ("output", "input", "inputs")
 EVENT_ATTRS = MODULE_EVENTS + ("grad",)
 
@@ -43,12 +45,29 @@ def is_backward_block(stmt: ast.AST) -> bool:
 
 
 def is_invoke_block(stmt: ast.AST) -> bool:
-    """`with invoke(INPUT):` (an `as NAME` is allowed and ignored)."""
+    """`with invoke(INPUT):` or `with invoke(name=value, ...):` (an `as NAME` is allowed and ignored)."""
     if not (isinstance(stmt, ast.With) and len(stmt.items) == 1):
         return False
     call = stmt.items[0].context_expr
-    return (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "invoke"
-            and not call.keywords)
+    return isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "invoke"
+
+
+def invoke_value(call: ast.Call, line: int) -> ast.expr:
+    """The INPUT of `invoke(INPUT)`; of `invoke(input_ids=ids, **more)`, the dict `{'input_ids': ids, **more}`
+    (keyword arguments of the model, as a dict INPUT is), spanning the keywords' text."""
+    if len(call.args) + bool(call.keywords) != 1 or any(isinstance(a, ast.Starred) for a in call.args):
+        given = ("an INPUT and keyword arguments" if call.args else "keyword arguments") if call.keywords else \
+            "no INPUT" if not call.args else f"{len(call.args)} positional arguments"
+        raise NbgradError("`with invoke(INPUT):` takes one INPUT (a string, a list of strings, a tensor, a dict or "
+                          f"a tuple), or the model's keyword arguments (`invoke(input_ids=ids)`); it has {given}",
+                          line)
+    if call.args:
+        return call.args[0]
+    first, last = call.keywords[0], call.keywords[-1]
+    value = ast.Dict([ast.Constant(k.arg) if k.arg else None for k in call.keywords], [k.value for k in call.keywords])
+    value.lineno, value.col_offset, value.end_lineno, value.end_col_offset = \
+        first.lineno, first.col_offset, last.end_lineno, last.end_col_offset
+    return value
 
 
 def is_save_call(node: ast.AST) -> bool:

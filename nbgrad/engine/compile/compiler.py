@@ -11,8 +11,8 @@ import textwrap
 import types
 from functools import lru_cache
 
-from .cellast import (MODULE_EVENTS, calls_nothing, can_pause_in, generator_function, is_backward_block,
-                      is_backward_call, is_invoke_block, is_path, loop_sources, opens_source, position, walk_cell_level)
+from .cellast import (MODULE_EVENTS, calls_nothing, can_pause_in, generator_function, invoke_value,
+                      is_backward_block, is_backward_call, is_invoke_block, is_path, loop_sources, opens_source, position, walk_cell_level)
 from .dataflow import (add_dependencies, augmented_names, bound_names, cache_names, called_names, grad_only_names,
                        helper_names, mark_waits, read_names, stored_names, written_events)
 from ...errors import NbgradError, register_cell_source
@@ -225,12 +225,9 @@ class _Builder:
         return flat
 
     def _add_invoke(self, stmt: ast.With) -> int:
-        call = stmt.items[0].context_expr
-        if len(call.args) != 1:
-            raise NbgradError("`with invoke(INPUT):` takes one INPUT (a string, a list of strings, a tensor, a "
-                              "dict or a tuple)", stmt.lineno)
+        value = invoke_value(stmt.items[0].context_expr, stmt.lineno)     # one INPUT, or keywords as a dict
         index = len(self.invokes)
-        self.invokes.append(Invoke(index, stmt.lineno, self._text(call.args[0]), self._eval_code(call.args[0])))
+        self.invokes.append(Invoke(index, stmt.lineno, self._text(value), self._eval_code(value)))
         return index
 
     def _compile_node(self, index: int, stmt: ast.stmt, block, invoke) -> CompiledNode:
