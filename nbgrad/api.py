@@ -220,8 +220,7 @@ def edit(model: nn.Module, source: str, namespace: dict | None = None, *, label:
     every later call of it (a plain call, `generate`, a later trace) until `.remove()`; returns the `Edit`, which
     is also a context manager. The body reads the namespace as it is now."""
     check_source(source, "nbgrad.edit")
-    if not isinstance(model, nn.Module) or (namespace is not None and not isinstance(namespace, dict)):
-        checks.trace_arguments(model, namespace)
+    checks.edit_arguments(model, namespace, label)
     namespace = default_namespace(namespace, model)
     rewrite = rewrite_of(source, model, namespace, edit=True)     # canonical names (nbgrad/names)
     if rewrite.sites:

@@ -18,6 +18,14 @@ def trace_arguments(model, namespace) -> None:
         _check_namespace(namespace)
 
 
+def edit_arguments(model, namespace, label) -> None:
+    """`nbgrad.edit(model, source, namespace, label=...)`: a module, a dict of names, a label that is text."""
+    trace_arguments(model, namespace)
+    if not isinstance(label, str):
+        raise ArgumentError(f"nbgrad.edit: label is {_kind(label)}, not a str: give the text that %nbgrad and the "
+                            f"sidebar list the edit under (e.g. label=\"halve block 0\"), or leave it out")
+
+
 RUNNERS = ("fast", "general")
 
 

@@ -5,12 +5,13 @@ import keyword
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class, no_var_expand
-from IPython.core.magic_arguments import argument, kwds, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, kwds, magic_arguments
 from torch import nn
 
 from .. import api
 from ..errors import NbgradError, for_the_cell
 from ..errors.naming import a_or_an
+from .magic_line import split_line
 
 
 @magics_class
@@ -19,7 +20,7 @@ class EditMagics(Magics):
     @magic_arguments()
     @kwds(usage="%%edit MODEL [--out NAME]")
     @argument("model", help="name of a torch.nn.Module in the notebook's namespace")
-    @argument("--out", default=None, help="bind the Edit to NAME (NAME.remove() takes it off)")
+    @argument("--out", default=None, type=str, help="bind the Edit to NAME (NAME.remove() takes it off)")
     @no_var_expand
     @cell_magic
     def edit(self, line: str, cell: str):
@@ -27,7 +28,13 @@ class EditMagics(Magics):
         later call of it: a plain call, `generate`, later %%trace and %%generate cells. Returns the Edit;
         `.remove()` takes it off. Reads and saves belong in a %%trace cell."""
         __tracebackhide__ = True
-        args = parse_argstring(self.edit, line)
+        head, _, rest = line.strip().partition(" ")
+        if not head or head.startswith("-"):
+            raise UsageError("usage: %%edit MODEL [--out NAME]; see %%edit?")
+        extra, args = split_line(rest, self.edit, [head])
+        if extra:
+            raise UsageError(f"%%edit MODEL takes no INPUT: `{extra}` follows MODEL, and an edit applies to every later "
+                             f"call of the model, whatever its input (see %%edit?)")
         if args.out is not None and (not args.out.isidentifier() or keyword.iskeyword(args.out)):
             raise UsageError(f"--out takes a name to bind the Edit to, not `{args.out}`")
         if not cell.strip():
