@@ -30,7 +30,7 @@ from .models.inputs import call_arguments, input_ids_of
 from .models.loading import remember
 from .models.skeleton import on_skeleton
 from .names import mentions_canonical, rewrite_of
-from .names.rewrite import eager_attention, wrap_caches
+from .names.rewrite import eager_attention, in_cell_words, wrap_caches
 from .views.cache import CachePanel
 
 Cache.panel = CachePanel      # a Cache shown on its own draws its panel (the engine imports no view)
@@ -103,7 +103,8 @@ def _canonical_trace(model, input, source: str, namespace, **options) -> Result:
     with the eager attention function, given back afterwards."""
     namespace = default_namespace(namespace, model)
     rewrite = rewrite_of(source, model, namespace)
-    with eager_attention(model) if rewrite.eager and not options["graph"] else contextlib.nullcontext():
+    with eager_attention(model) if rewrite.eager and not options["graph"] else contextlib.nullcontext(), \
+            in_cell_words(rewrite):
         result = trace(model, input, rewrite.text, namespace, **options, _aliased=True)
     wrap_caches(rewrite, namespace, result)
     return result
@@ -228,14 +229,16 @@ def edit(model: nn.Module, source: str, namespace: dict | None = None, *, label:
         raise NbgradError(f"canonical names: {name} is a value inside the attention's forward (a site), which an "
                           "edit does not take by its canonical name yet; write it in each %%trace or %%generate cell "
                           "that needs it", line)
-    program = compile_with_helpers(rewrite.text, edit_mode(rewrite.text), namespace)
-    check_edit(program)
+    with in_cell_words(rewrite):
+        program = compile_with_helpers(rewrite.text, edit_mode(rewrite.text), namespace)
+        check_edit(program)
     model = compiled_inner(model) or model
     remember(model)
     installed = Edit(model, program, names_read(program, namespace), label)
     installed.source = source          # as written (canonical names included), for its summary and listings
     try:
-        return install(installed)
+        with in_cell_words(rewrite):
+            return install(installed)
     except BaseException:       # an interrupt too: the caller never gets this Edit, so nothing of it may stay on
         withdraw(installed)
         raise

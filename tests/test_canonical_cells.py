@@ -95,7 +95,7 @@ def test_cache_takes_canonical_modules():
     ("x = model.pos_embed.output.save()", "llama", ["llama family has no pos_embed", "no learned positions"]),
     ("x = model.layers[0].resid_mid.save()", "gptj", ["gptj family has no resid_mid", "in parallel"]),
     ("x = model.layers[0].ln2.output.save()", "falcon", ["falcon family has no ln2", "in parallel"]),
-    ("\nx = model.layers[0].resid_pots.save()", "gpt2", ["line 2", "layers[i].resid_pots is not a canonical name",
+    ("\nx = model.layers[0].resid_pots.save()", "gpt2", ["line 2", "canonical names: model.layers[0].resid_pots is not a canonical name",
                                                         "nearest: resid_post, resid_pre"]),
     ("x = model.layers[0].attn.patern.save()", "llama", ["nearest: pattern"]),
     ("model.layers[0].attn.head_out = 0", "gpt2", ["computed from attn.z", "write attn.z instead"]),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 
-from ..errors import NbgradError
+from ..errors import ModulePathError, NbgradError
 from .cachecell import display, grads_statements, is_canonical_cache
 from .vocabulary import Canon, Vocabulary
 
@@ -26,6 +26,7 @@ class Rewrite:
         self.starts = starts + [offset]
         self.roots, self.vocabulary, self.blocks = set(roots), vocabulary, set()
         self.eager, self.sites = False, []       # sites: (line, name) of each value inside a forward (q, pattern)
+        self.said: list = []          # (line, as the cell writes it, in the model's own paths), for errors
         tree = ast.parse(source)
         self._find_block_names(tree)
         skip: set = set()
@@ -44,10 +45,11 @@ class Rewrite:
             inner = self.resolve(node.value)
             if inner is None or inner.kind != "layers":
                 return None
+            self._check_index(node, inner)
             return Canon(f"{inner.text}[{self.text_of(node.slice)}]", "block")
         if isinstance(node, ast.Attribute):
             inner = self.resolve(node.value)
-            found = inner and self.vocabulary.step(inner, node.attr, node.lineno)
+            found = inner and self.vocabulary.step(inner, node.attr, node.lineno, self.written(node))
             if inner and inner.lacks and not found:
                 raise self.vocabulary.lacking(inner.lacks, "use its own modules", node.lineno)
             if found:
@@ -56,6 +58,22 @@ class Rewrite:
                     self.sites.append((node.lineno, f"attn.{node.attr}"))
             return found or None
         return None
+
+    def written(self, node: ast.AST) -> str:
+        """An expression as the cell writes it."""
+        return self.data[slice(*self._span(node))].decode()
+
+    def _check_index(self, node: ast.Subscript, layers: Canon) -> None:
+        """`model.layers[N]` past the last layer, said in the cell's words before its real path."""
+        index = node.slice
+        negative = isinstance(index, ast.UnaryOp) and isinstance(index.op, ast.USub)
+        number = getattr(index.operand if negative else index, "value", None)
+        number = -number if negative and type(number) is int else number
+        count = self.vocabulary.facts.n_layers
+        if type(number) is int and not -count <= number < count:
+            raise ModulePathError(f"{self.written(node)} is not in the model: {self.written(node.value)} has {count} "
+                                  f"layers, indices 0–{count - 1} (or -{count}–-1) ({layers.text}[{number}] in the "
+                                  f"model's own paths)", node.lineno)
 
     def _find_block_names(self, tree: ast.AST) -> None:
         """Loop variables over `model.layers` (also through `reversed`, `enumerate`) and names bound to one
@@ -117,6 +135,7 @@ class Rewrite:
                 raise self.vocabulary.lacking(canon.lacks, "use its own modules", node.lineno)
             if canon is not None and canon.kind not in ("root",):
                 edits.append((*self._span(node), canon.text))
+                self.said.append((node.lineno, self.written(node), canon.text))
                 continue
             pending.extend(ast.iter_child_nodes(node))
         return edits

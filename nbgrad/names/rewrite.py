@@ -11,6 +11,7 @@ import weakref
 
 from torch import nn
 
+from ..errors import NbgradError
 from .alias import Rewrite
 from .cache import CanonicalCache
 from .cachecell import COPY_OF, GRADS_OF, VIEW_GRADS_OF, is_canonical_cache
@@ -137,3 +138,26 @@ def _set_implementation(model: nn.Module, name: str) -> None:
         model.set_attn_implementation(name)
     else:
         model.config._attn_implementation = name
+
+
+@contextlib.contextmanager
+def in_cell_words(rewrite):
+    """An error of the run about a line with canonical names says them as the cell wrote them, the model's own
+    paths after (`model.layers[i].resid_post: ...` rather than `model.model.layers[i].output: ...`)."""
+    try:
+        yield
+    except NbgradError as error:
+        said = [(written, real) for line, written, real in getattr(rewrite, "said", ()) if line == error.line
+                and real in error.detail]
+        if not said:
+            raise
+        detail = error.detail
+        for written, real in sorted(said, key=lambda pair: -len(pair[1])):
+            detail = detail.replace(real, written)
+        own = "; ".join(dict.fromkeys(real for _, real in said))
+        try:
+            plain = type(error)(f"{detail} ({own} in the model's own paths)", error.line)
+        except TypeError:
+            raise error from None
+        plain.__suppress_context__ = True
+        raise plain from error.__cause__

@@ -40,16 +40,20 @@ def value(base: str, **more) -> Canon:
 class Vocabulary:
     def __init__(self, facts: ModelFacts):
         self.facts, self.entry = facts, facts.entry
+        self.written = ""
 
-    def step(self, canon: Canon, attr: str, line: int) -> Canon | None:
-        """The next canonical step, None where `attr` is the model's own (the expression goes on as written)."""
+    def step(self, canon: Canon, attr: str, line: int, written: str = "") -> Canon | None:
+        """The next canonical step, None where `attr` is the model's own (the expression goes on as written);
+        `written`: the expression as the cell writes it, for an error."""
         rule = {"root": self._root, "block": self._block, "attn": self._attn, "mlp": self._mlp}.get(canon.kind)
         if canon.kind == "value" and attr == "grad" and canon.view:
             return value(canon.base + ".grad", view=canon.view, inverse=canon.inverse)
+        self.written = written
         return rule(canon, attr, line) if rule else None
 
     def lacking(self, what: str, why: str, line: int) -> NbgradError:
-        return NbgradError(f"canonical names: the {self.facts.family} family has no {what} ({why})", line)
+        written = f"{self.written}: " if self.written else ""
+        return NbgradError(f"canonical names: {written}the {self.facts.family} family has no {what} ({why})", line)
 
     def _root(self, canon: Canon, attr: str, line: int) -> Canon | None:
         if attr not in ROOT_NAMES:
@@ -118,11 +122,15 @@ class Vocabulary:
 
     def _mlp(self, canon: Canon, attr: str, line: int) -> Canon | None:
         if attr != "post":
+            mlp = self.facts.block.get_submodule(self.entry["mlp"]) if self.facts.block is not None and \
+                self.entry.get("mlp") else self.facts.block
+            if not hasattr(mlp, attr) and attr not in EVENT_WORDS:
+                self._typo(f"layers[i].mlp.{attr}", attr, MLP_NAMES, line)
             return None
         return value(f"{canon.block}.{self.entry['mlp_out']}.input")
 
     def _typo(self, written: str, attr: str, names, line: int) -> None:
         near = difflib.get_close_matches(attr, names, n=3, cutoff=0.6)
         if near:
-            raise NbgradError(f"canonical names: {written} is not a canonical name; nearest: "
+            raise NbgradError(f"canonical names: {self.written or written} is not a canonical name; nearest: "
                               f"{', '.join(near)}", line)
