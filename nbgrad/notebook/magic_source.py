@@ -9,7 +9,8 @@ from torch import nn
 from ..api import source as listing
 from ..errors.naming import a_or_an
 from ..models.skeleton import on_skeleton
-from ..names import listing as names_listing
+from ..names import listing as names_listing, part_listing
+from ..names.detect import family_of
 from .magic_line import evaluate
 
 
@@ -32,7 +33,8 @@ class SourceMagics(Magics):
 
     @line_magic
     def names(self, line: str):
-        """%names MODEL: every canonical name (model.layers[i].resid_mid, ...) beside its path in MODEL."""
+        """%names MODEL: every canonical name (model.layers[i].resid_mid, ...) beside its path in MODEL; %names of a
+        part of a model (model.transformer.h[0]): the model's canonical names that lie in that part."""
         expression = line.strip()
         if not expression:
             raise UsageError("%names MODEL: give a model of a known family (nbgrad.names.FAMILIES)")
@@ -40,4 +42,9 @@ class SourceMagics(Magics):
         if not isinstance(model, nn.Module) and not hasattr(model, "skeleton"):
             raise UsageError(f"%names MODEL: `{expression}` is {a_or_an(type(model).__name__)}, not a model: give a "
                              f"torch.nn.Module of a known family (nbgrad.names.FAMILIES)")
-        print(names_listing(on_skeleton(model), expression))
+        if expression.isidentifier() and family_of(on_skeleton(model)) is not None:
+            print(names_listing(on_skeleton(model), expression))
+        else:           # a part of a model (`model.transformer.h[0]`): the names of the model that lie in it
+            namespace = {name: on_skeleton(value) for name, value in self.shell.user_ns.items()
+                         if isinstance(value, nn.Module) or hasattr(value, "skeleton")}
+            print(part_listing(on_skeleton(model), expression, namespace))
