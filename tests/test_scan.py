@@ -6,7 +6,7 @@ import torch
 
 import nbgrad
 from helpers import model_state, assert_clean
-from nbgrad.remote.scan import Scan, TensorSpec, spec_of
+from nbgrad.remote.scan import Scan, TensorSpec, saved_specs, spec_of
 from scan_cells import GENERATE_CELLS, TRACE_CELLS, build, for_model, namespace
 
 FAMILIES = ["gpt2", "llama"]
@@ -26,9 +26,10 @@ def run_both(model, names, input_name, source, options, generate=False):
         options["over"] = names[options["over"]]
     input = names[input_name] if input_name else None
     run = nbgrad.generate if generate else nbgrad.trace
-    real = run(model, input, source, dict(names), **options)
+    real_names = dict(names)
+    real = run(model, input, source, real_names, **options)
     scanned = nbgrad.scan(model, input, source, dict(names), generate=generate, **options)
-    return Scan({name: spec_of(value) for name, value in real.saved.items()}), scanned
+    return Scan(saved_specs(real.saved, real_names)), scanned
 
 
 @pytest.mark.parametrize("cell", TRACE_CELLS, ids=[cell[0] for cell in TRACE_CELLS])
@@ -96,6 +97,30 @@ def test_the_table():
         "tops[0]                         []           int64")
     assert scanned["tops[0]"] == TensorSpec(torch.Size([]), torch.int64)      # as Result.saved names it
     assert scanned["c"].grads["transformer.h.0.mlp"] == scanned["c"]["transformer.h.0.mlp"]
+
+
+
+def test_a_canonical_cache_gives_its_gradients_shapes():
+    """As the other cache forms do: `.grads` beside the values, each the shape of the gradient a plain hook sees."""
+    model = nbgrad.load_model()
+    ids = nbgrad.tokenizer_for(model)("Hi there", return_tensors="pt").input_ids
+    grads, handles = {}, []
+
+    def keep(module, args, output, index):
+        output.register_hook(lambda grad: grads.__setitem__(index, grad))
+    for index, block in enumerate(model.transformer.h[:2]):
+        handles.append(block.register_forward_hook(lambda m, a, out, i=index: keep(m, a, out, i)))
+    model(ids).logits[0, -1].max().backward()
+    for handle in handles:
+        handle.remove()
+    model.zero_grad(set_to_none=True)
+    scanned = nbgrad.scan(model, ids, "c = cache('layers.[01].resid_post', names='canonical', grads=True)\n"
+                                      "model.logits[0, -1].max().backward()\n")
+    assert list(scanned) == ["c"] and list(scanned["c"].grads) == ["layers.0.resid_post", "layers.1.resid_post"]
+    for index in range(2):
+        assert scanned["c"].grads[f"layers.{index}.resid_post"] == TensorSpec(grads[index].shape, grads[index].dtype)
+    assert [row[0] for row in scanned.rows()] == ["c['layers.0.resid_post']", "c['layers.1.resid_post']",
+                                                  "c.grads['layers.0.resid_post']", "c.grads['layers.1.resid_post']"]
 
 
 ERRORS = {

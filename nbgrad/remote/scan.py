@@ -13,6 +13,7 @@ from ..engine.checks import trace_arguments
 from ..errors import CELL_FILENAME_PREFIX, NbgradError
 from ..models.cell import default_namespace
 from ..models.loading import tokenizer_for
+from ..names.cache import CanonicalCache
 from .fakes import fake_mode, fake_twin, twin_names
 from .shipping import free_names
 
@@ -47,6 +48,9 @@ def spec_of(value):
     if isinstance(value, Cache):
         return CacheSpec(*({path: spec_of(v) for path, v in part.items()}
                            for part in (value._outputs, value._inputs, value._grads)))
+    if isinstance(value, CanonicalCache):
+        return CacheSpec({key: spec_of(v) for key, v in value.items()}, {},
+                         {key: spec_of(v) for key, v in value.grads.items()})
     if isinstance(value, (list, tuple)):
         return [spec_of(v) for v in value] if isinstance(value, list) else tuple(spec_of(v) for v in value)
     if isinstance(value, dict):
@@ -120,7 +124,24 @@ def scan(model, input, source: str, namespace: dict | None = None, *, generate: 
         if isinstance(error, _undecidable_errors()):
             raise _undecidable(error) from None
         raise
-    return Scan({name: spec_of(value) for name, value in result.saved.items()})
+    return Scan(saved_specs(result.saved, names))
+
+
+def saved_specs(saved: dict, namespace: dict) -> dict:
+    """A run's saved values as specs. A canonical cache is saved part by part (`c['layers.0.resid_post']`, its
+    gradients not at all): it is the `CanonicalCache` the run left under its name, `.grads` included, as the
+    other caches are."""
+    specs: dict = {}
+    for name, value in saved.items():
+        owner = namespace.get(name.split("[", 1)[0]) if "[" in name else None
+        whole = owner if isinstance(owner, CanonicalCache) else None
+        if isinstance(owner, list) and owner and all(isinstance(one, CanonicalCache) for one in owner):
+            whole = owner          # --over: one per example
+        if whole is None:
+            specs[name] = spec_of(value)
+        else:
+            specs.setdefault(name.split("[", 1)[0], spec_of(whole))
+    return specs
 
 
 def _check_options(options: dict) -> None:
