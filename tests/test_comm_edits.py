@@ -46,3 +46,21 @@ def test_two_edits_that_skip_one_module_are_both_named_and_the_tree_survives_a_c
         "%%edit net --out first", "nbgrad.edit(GPT2LMHeadModel)"]
     first.remove(), second.remove()
     assert "skipped" not in _entry(namespace, "net.transformer.h[0].mlp")
+
+
+def test_a_skip_in_a_loop_is_marked_from_the_call_that_makes_it():
+    """Its module is known only as the loop runs: the mark names the modules the latest call skipped."""
+    model = tiny_gpt2()
+    namespace = {"model": model, "chosen": [0, 2]}
+    edit = nbgrad.edit(model, "for i in chosen:\n    model.transformer.h[i].skip(model.transformer.h[i].input)\n",
+                       namespace)
+    blocks = [f"model.transformer.h[{i}]" for i in range(4)]
+    assert [path for path in blocks if "skipped" in _entry(namespace, path)] == []      # no call yet
+    model(model.dummy_inputs["input_ids"])
+    assert [path for path in blocks if "skipped" in _entry(namespace, path)] == [blocks[0], blocks[2]]
+    assert _entry(namespace, blocks[0])["skipped"] == ["nbgrad.edit(GPT2LMHeadModel)"]
+    namespace["chosen"][:] = [1]
+    model(model.dummy_inputs["input_ids"])
+    assert [path for path in blocks if "skipped" in _entry(namespace, path)] == [blocks[1]]
+    edit.remove()
+    assert [path for path in blocks if "skipped" in _entry(namespace, path)] == []

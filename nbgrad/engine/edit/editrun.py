@@ -15,6 +15,7 @@ from ..run.forward import ForwardEvents
 from ..run.gradients import GradientEvents, register_grad_hook
 from ..run.missing import never_came
 from ..run.runtime import Runtime
+from ..run.skips import _gates as skip_gates
 
 
 def cell_statement_running() -> bool:
@@ -117,10 +118,19 @@ class EditRun(Runtime):
         """The call has returned: a statement still waiting for a module's event waits for one that never came
         (said now); those waiting for a gradient wait for the backward pass."""
         self._forward_done()
+        self._note_skips()
         waiting = [pair for key, pairs in self.parked.items() if key[0] != "grad" and key != NO_GRAPH
                    for pair in pairs]
         if waiting:
             raise never_came(self.forward, *min(waiting, key=lambda pair: pair[0].node.spec.index))
+
+    def _note_skips(self) -> None:
+        """The modules this call skipped, for the sidebar: a skip in a loop or under a condition names its module
+        only as the call runs."""
+        edit = self.edit_ref()
+        if edit is not None:
+            edit.skipped_at_call = [module for module, gate in list(skip_gates.items())
+                                    if gate.skipped and (id(gate), "output") in self.hooks]
 
     def awaits_gradients(self) -> bool:
         return any(key[0] == "grad" for key in self.parked)

@@ -37,6 +37,7 @@ class Edit:
         self.source = program.source
         self.label = label or f"nbgrad.edit({type(model).__name__})"
         self.active = False
+        self.skipped_at_call: list = []     # the modules its latest call of the model skipped (editrun.py)
 
     def remove(self) -> None:
         stack = stack_on(self.model)
@@ -112,8 +113,10 @@ def edit_hooks(model: nn.Module) -> int:
 
 
 def skipped_modules(edit: Edit) -> list:
-    """The modules `edit` skips (`M.skip(v)` in its body), for the sidebar; one its path no longer finds is left out."""
-    modules = []
+    """The modules `edit` skips (`M.skip(v)` in its body), for the sidebar: those its paths name, and those its
+    latest call of the model skipped (a skip in a loop names its module only as it runs); one its path no longer
+    finds is left out."""
+    modules = list(edit.skipped_at_call)
     for target in edit.program.forward_targets:
         if target.needs or target.every_element or not any(edit.program.uses[i].skip for i in target.uses):
             continue
@@ -122,6 +125,6 @@ def skipped_modules(edit: Edit) -> list:
         except Exception:       # the namespace changed since the edit was installed: nothing to mark
             continue
         module = gate.module_ref() if hasattr(gate, "module_ref") else None
-        if module is not None:
+        if module is not None and all(module is not known for known in modules):
             modules.append(module)
     return modules
