@@ -15,7 +15,7 @@ from IPython.core.error import UsageError
 
 from ..errors import InputError
 
-_OPTION = re.compile(r"--[A-Za-z][\w-]*(=.*)?|-[A-Za-z]", re.DOTALL)
+OPTION = re.compile(r"--[A-Za-z][\w-]*(=.*)?|-[A-Za-z]", re.DOTALL)
 _CLOSING = {"(": ")", "[": "]", "{": "}"}
 
 
@@ -61,7 +61,7 @@ def split_line(text: str, magic, positional: list) -> tuple:
 
     `positional` fills the parser's positional arguments (nbgrad reads them from the text itself)."""
     spans = words(text)
-    first = next((i for i, (a, b) in enumerate(spans) if _OPTION.fullmatch(text[a:b])), len(spans))
+    first = next((i for i, (a, b) in enumerate(spans) if OPTION.fullmatch(text[a:b])), len(spans))
     head = text[:spans[first][0]].strip() if first < len(spans) else text.strip()
     argv, index = list(positional), first
     while index < len(spans):
@@ -70,7 +70,7 @@ def split_line(text: str, magic, positional: list) -> tuple:
         name, has_value, inline = word.partition("=")
         action = _action(magic, name)
         following = index + 1
-        while following < len(spans) and not _OPTION.fullmatch(text[slice(*spans[following])]):
+        while following < len(spans) and not OPTION.fullmatch(text[slice(*spans[following])]):
             following += 1
         rest = text[end:spans[following - 1][1]] if following > index + 1 else ""
         value = (inline + rest).strip() if has_value else rest.strip()

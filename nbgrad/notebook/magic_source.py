@@ -11,7 +11,7 @@ from ..errors.naming import a_or_an
 from ..models.skeleton import on_skeleton
 from ..names import listing as names_listing, part_listing
 from ..names.detect import family_of
-from .magic_line import evaluate
+from .magic_line import OPTION, evaluate, words
 
 
 @magics_class
@@ -24,6 +24,7 @@ class SourceMagics(Magics):
         expression = line.strip()
         if not expression:
             raise UsageError("%source MODULE: give a module (model.transformer.h[0].attn) or a function")
+        _no_options(expression, "%source MODULE")
         owner, is_site, _ = expression.partition(".source.")
         if is_site:         # `M.source.SITE` exists in a %%trace cell's code only: outside, M has no `.source`
             raise UsageError(f"`{expression}` is a site, and `.source` exists only inside a %%trace cell. "
@@ -38,6 +39,7 @@ class SourceMagics(Magics):
         expression = line.strip()
         if not expression:
             raise UsageError("%names MODEL: give a model of a known family (nbgrad.names.FAMILIES)")
+        _no_options(expression, "%names MODEL")
         model = evaluate(expression, self.shell.user_ns, "MODEL")
         if not isinstance(model, nn.Module) and not hasattr(model, "skeleton"):
             raise UsageError(f"%names MODEL: `{expression}` is {a_or_an(type(model).__name__)}, not a model: give a "
@@ -48,3 +50,11 @@ class SourceMagics(Magics):
             namespace = {name: on_skeleton(value) for name, value in self.shell.user_ns.items()
                          if isinstance(value, nn.Module) or hasattr(value, "skeleton")}
             print(part_listing(on_skeleton(model), expression, namespace))
+
+
+def _no_options(expression: str, usage: str) -> None:
+    """`%names model --bogus`: an option, where the line is one expression (not read as `model - -bogus`)."""
+    for start, end in words(expression):
+        if OPTION.fullmatch(expression[start:end]):
+            raise UsageError(f"{usage} takes no options, but `{expression[start:end]}` is one: give the expression "
+                             f"alone")

@@ -180,6 +180,9 @@ class NbgradMagics(Magics):
     def nbgrad(self, line):
         """Version, extension state, models seen, hooks live."""
         from . import status
+        if line.strip():
+            raise UsageError(f"%nbgrad takes nothing after it, not `{line.strip()}`: it reports the version, the "
+                             f"extension, the models seen, the hooks live and the active edits")
         print(status.report(self.shell.user_ns))
 
     # helpers (notebook/cells.py), as methods for the magics' own modules (generate.py, over.py)
