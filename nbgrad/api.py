@@ -61,8 +61,9 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
         checks.run_options(**_options(locals()))     # a runner known; options of --over only on a run over a dataset
     if over is not None:
         return dataset_runner[0](model, input, source, namespace, **_options(locals()))
-    if not isinstance(model, nn.Module) or (namespace is not None and not isinstance(namespace, dict)):
-        checks.trace_arguments(model, namespace)
+    if not isinstance(model, nn.Module) or (namespace is not None and not isinstance(namespace, dict)) or \
+            (tokenizer is not None and not callable(tokenizer)):
+        checks.trace_arguments(model, namespace, tokenizer)
     try:
         program = compile_cell(source, "trace")
     except NeedsElements:        # a loop that makes invokes: unrolled over its elements in the notebook's names

@@ -17,7 +17,9 @@ from torch import nn
 
 from . import models
 from .engine.compile.helpers import compile_with_helpers
+from .engine import checks
 from .engine.compile.pasted import rewritten
+from .engine.compile.sourcetext import check_source
 from .engine.run.moduletree import compiled_inner
 from .engine.results.result import Result, holds_saved
 from .engine.run.rows import InvokeRows
@@ -60,6 +62,9 @@ def generate(model: nn.Module, input, source: str, namespace: dict | None = None
     """Run `source` (the body of a `%%generate` cell) at every forward call of `model.generate(input)`."""
     if not isinstance(model, nn.Module) and hasattr(model, "nbgrad_generate"):   # a model elsewhere: every option to it
         return model.nbgrad_generate(input, source, namespace, **call_options(locals()))
+    check_source(source, "nbgrad.generate")
+    checks.namespace_argument(namespace)
+    checks.tokenizer_argument(tokenizer)
     source = rewritten(source, namespace, max_new_tokens)      # pasted nnsight code (engine/compile/pasted.py)
     if (rewrite := rewrite_of(source, model, namespace)).eager and not graph:     # canonical names (nbgrad/names)
         return _eagerly(model, {**locals(), "source": rewrite.text})

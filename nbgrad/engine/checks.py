@@ -10,7 +10,8 @@ from ..errors import ArgumentError, GradError
 from ..errors.naming import a_or_an
 
 
-def trace_arguments(model, namespace) -> None:
+def trace_arguments(model, namespace, tokenizer=None) -> None:
+    tokenizer_argument(tokenizer)
     if not isinstance(model, nn.Module):
         raise ArgumentError(f"the model to trace is {_kind(model)}, not a torch.nn.Module: pass the module itself "
                             f"(e.g. `model = nbgrad.load_model()`)")
@@ -24,6 +25,27 @@ def edit_arguments(model, namespace, label) -> None:
     if not isinstance(label, str):
         raise ArgumentError(f"nbgrad.edit: label is {_kind(label)}, not a str: give the text that %nbgrad and the "
                             f"sidebar list the edit under (e.g. label=\"halve block 0\"), or leave it out")
+
+
+def tokenizer_argument(tokenizer) -> None:
+    """--tokenizer (tokenizer=): something that tokenizes text when called, as transformers' tokenizers do."""
+    if tokenizer is not None and not callable(tokenizer):
+        raise ArgumentError(f"--tokenizer (tokenizer=) is {_kind(tokenizer)}, not a tokenizer: give one that is "
+                            f"called on text, e.g. transformers.AutoTokenizer.from_pretrained(...), or leave it out")
+
+
+def remote_options(name, num_gpus, resources, runtime_env) -> None:
+    """`nbgrad.remote(...)`'s keywords of the actor, each of the kind Ray takes, said before a cluster is asked."""
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise ArgumentError(f"nbgrad.remote: name= is {_kind(name)}, not a name: give the text the model's actor is "
+                            f"named by (another notebook attaches with nbgrad.remote(name=...)), or leave it out")
+    if num_gpus is not None and (isinstance(num_gpus, bool) or not isinstance(num_gpus, (int, float)) or num_gpus < 0):
+        raise ArgumentError(f"nbgrad.remote: num_gpus= is {_kind(num_gpus)}, not a number of GPUs: give how many "
+                            f"GPUs the actor holds (e.g. num_gpus=1, or 0.5 to share one), or leave it out")
+    for keyword, value in (("resources", resources), ("runtime_env", runtime_env)):
+        if value is not None and not isinstance(value, dict):
+            raise ArgumentError(f"nbgrad.remote: {keyword}= is {_kind(value)}, not a dict: give Ray's {keyword} "
+                                f"as a dict, or leave it out")
 
 
 RUNNERS = ("fast", "general")
@@ -86,6 +108,11 @@ def loss_requires_grad(loss, namespace: dict, expression: str) -> None:
     """`%%backward EXPR` of a tensor that does not require grad: name the tensors EXPR is made of."""
     if isinstance(loss, torch.Tensor) and not loss.requires_grad:
         raise GradError(diagnose.loss_without_grad(loss, namespace, expression))
+
+
+def namespace_argument(namespace) -> None:
+    """The names of a cell: a dict, or None (the model alone)."""
+    _check_namespace(namespace)
 
 
 def _check_namespace(namespace) -> None:

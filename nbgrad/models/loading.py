@@ -8,6 +8,7 @@ from pathlib import Path
 
 from torch import nn
 
+from ..errors import ArgumentError, NbgradError
 from .byid import weakly
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "data" / "default"
@@ -24,7 +25,7 @@ def load_model(name_or_path: str | None = None, **kwargs) -> nn.Module:
     """A `transformers` model of the class its checkpoint names, in eval mode, with its tokenizer (or, for
     an image model, its image processor) remembered; the embedded default with no name. Keywords such as
     `dtype`, `device_map`, `max_memory` and `offload_folder` pass through to `from_pretrained`."""
-    path = str(DEFAULT_MODEL_DIR) if name_or_path is None else name_or_path
+    path = str(DEFAULT_MODEL_DIR) if name_or_path is None else _checked_name(name_or_path)
     model_class = model_class_for(path, **kwargs)
     with _quiet_progress(name_or_path is None):   # the embedded model loads in milliseconds
         model = model_class.from_pretrained(path, **kwargs)
@@ -33,6 +34,20 @@ def load_model(name_or_path: str | None = None, **kwargs) -> nn.Module:
     remember(model)
     _load_arguments[model] = (name_or_path, dict(kwargs))
     return model
+
+
+def _checked_name(name_or_path) -> str:
+    """A hub name or a folder; a path written as one (`/...`, `./...`, `~/...`) that is not there is said here,
+    not as the hub's complaint about the form of a repo id."""
+    if not isinstance(name_or_path, (str, Path)):
+        raise ArgumentError(f"load_model takes a hub name ('gpt2', 'org/name') or the path of a checkpoint's "
+                            f"folder, not {type(name_or_path).__name__}")
+    text = str(name_or_path)
+    local = isinstance(name_or_path, Path) or text.startswith(("/", "./", "../", "~", ".\\")) or "\\" in text
+    if local and not Path(text).expanduser().exists():
+        raise NbgradError(f"load_model: there is no folder {text!r}: give the folder that save_pretrained wrote "
+                          f"(config.json and the weights), or a hub name ('gpt2', 'org/name')")
+    return str(Path(text).expanduser()) if local else text
 
 
 def no_tokenizer_message(model: nn.Module) -> str:

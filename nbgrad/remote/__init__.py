@@ -1,6 +1,7 @@
 """`nbgrad.remote(...)`: a model held by a Ray actor, and the same cells run on it (SPEC 3d)."""
 from __future__ import annotations
 
+from ..engine.checks import remote_options
 from ..errors import NbgradError
 from ..datasets.cluster import connected, start_cluster
 from .handle import RemoteModel
@@ -20,6 +21,7 @@ def remote(name_or_factory=None, *, num_gpus=None, resources=None, runtime_env=N
     there with `nbgrad.load_model(name, **load_kwargs)`, a function is called there and returns the model.
     `name=` makes the actor named and detached; `nbgrad.remote(name=...)` alone attaches to the model that
     another notebook made under that name (an error when there is none: it says what to pass to make it)."""
+    remote_options(name, num_gpus, resources, runtime_env)
     options = {key: value for key, value in (("num_gpus", num_gpus), ("resources", resources),
                                              ("runtime_env", runtime_env)) if value is not None}
     if name_or_factory is None and name is not None:

@@ -3,6 +3,7 @@ skeleton (its module tree on `meta`), so paths are checked here; reads of weight
 cells go to the actor."""
 from __future__ import annotations
 
+import re
 
 from ..errors import NbgradError
 from .actor import holder_class
@@ -45,6 +46,11 @@ class RemoteModel:
         try:
             return ray.get(task)
         except ray.exceptions.RayActorError as error:
+            if getattr(error, "actor_init_failed", False):      # the model could not be made: say why
+                said = [line.strip() for line in str(getattr(error, "error_msg", "")).splitlines()
+                        if re.match(r"\s*[\w.]*(Error|Exception)\b.*:", line)]
+                raise NbgradError(f"the remote model could not be made on its actor: {said[-1] if said else error}"
+                                  ) from None
             raise NbgradError(LOST.format(name=self._label)) from error
         except ray.exceptions.RayTaskError as error:
             cause = getattr(error, "cause", None)

@@ -10,7 +10,7 @@ from torch import nn
 from ..engine.compile.sourcetext import check_source
 from ..engine.results.cache import Cache
 from ..engine.checks import trace_arguments
-from ..errors import CELL_FILENAME_PREFIX, NbgradError
+from ..errors import CELL_FILENAME_PREFIX, ArgumentError, NbgradError
 from ..models.cell import default_namespace
 from ..models.loading import tokenizer_for
 from ..names.cache import CanonicalCache
@@ -107,8 +107,7 @@ def scan(model, input, source: str, namespace: dict | None = None, *, generate: 
     remote = not isinstance(model, nn.Module) and hasattr(model, "skeleton")
     if not remote:
         trace_arguments(model, namespace)
-    if not generate:        # (`out` of a generation is the name of its token ids: harmless here)
-        _check_options(options)
+    _check_options(options, generate)       # (`out` of a generation is the name of its token ids: harmless here)
     mode = fake_mode()
     twin = fake_twin(model.skeleton if remote else model, mode)
     namespace = default_namespace(namespace, model)
@@ -144,8 +143,20 @@ def saved_specs(saved: dict, namespace: dict) -> dict:
     return specs
 
 
-def _check_options(options: dict) -> None:
-    """A scan runs here, on fake tensors: it writes no folder and starts no cluster."""
+def _check_options(options: dict, generate: bool) -> None:
+    """Options that `nbgrad.trace` (`nbgrad.generate`) takes; a scan runs here, on fake tensors: it writes no folder
+    and starts no cluster."""
+    import inspect
+    from .. import api, generation
+    run = generation.generate if generate else api.trace
+    known = [name for name, p in inspect.signature(run).parameters.items()
+             if p.kind is p.KEYWORD_ONLY and not name.startswith("_")] + ["max_new_tokens"] * generate
+    for option in options:
+        if option not in known:
+            raise ArgumentError(f"nbgrad.scan: unknown option {option}=; it takes those of "
+                                f"nbgrad.{run.__name__}: {', '.join(known)}")
+    if generate:
+        return
     for option, default in (("out", None), ("engine", "local"), ("workers", None), ("model_factory", None)):
         if options.get(option, default) != default:
             raise NbgradError(f"nbgrad.scan runs the cell here, on fake tensors: `{option}` does not apply to it "
