@@ -37,6 +37,9 @@ def check_token_ids(ids, model: nn.Module) -> None:
     """Token ids past the vocabulary or more positions than the model has: say which limit."""
     if ids is None or ids.numel() == 0 or ids.is_floating_point() or ids.device.type == "meta":
         return
+    if ids.dim() == 0:      # not torch's "tuple index out of range" from inside the model
+        raise InputError(f"INPUT is a tensor of no dimensions (the one number {ids.item()}): token ids have the "
+                         f"shape [batch, positions], e.g. torch.tensor([[{ids.item()}]]) or ids[None, None]")
     low, high = _id_range(ids)
     check_token_range(low, high, ids.shape[-1], model)
 
