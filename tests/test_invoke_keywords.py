@@ -66,7 +66,7 @@ def test_an_invoke_input_of_a_wrong_type(model, value, said):
     before = model_state(model)
     with pytest.raises(nbgrad.InputError) as caught:
         nbgrad.trace(model, None, f"with invoke(bad):\n{BODY}", {"model": model, "bad": value})
-    assert str(caught.value).startswith(f"INPUT is {said}")
+    assert str(caught.value).startswith(f"line 1: invoke(bad): INPUT is {said}; INPUT may be")
     assert "a dict or BatchEncoding (keyword arguments)" in str(caught.value)
     assert_clean(model, before)
 

@@ -25,7 +25,12 @@ def batch_invokes(values: list, invokes: list, model: nn.Module, tokenizer) -> t
                          "tensors of one shape", invokes[texts.index(False)].line)
     calls = []
     for value, invoke in zip(values, invokes):
-        args, kwargs = call_arguments(value, model, tokenizer)
+        try:
+            args, kwargs = call_arguments(value, model, tokenizer)
+        except InputError as error:         # which invoke's INPUT, on its line
+            if error.line is not None:
+                raise
+            raise InputError(f"{invoke.named()}: {error.detail}", invoke.line) from error.__cause__
         if _rows_of(args, kwargs) == 0:
             raise InputError(f"{invoke.named()} has no rows", invoke.line)
         calls.append((args, kwargs))
