@@ -27,8 +27,8 @@ def batch_invokes(values: list, invokes: list, model: nn.Module, tokenizer) -> t
     for value, invoke in zip(values, invokes):
         try:
             args, kwargs = call_arguments(value, model, tokenizer)
-        except InputError as error:         # which invoke's INPUT, on its line
-            if error.line is not None:
+        except InputError as error:         # which invoke's INPUT, on its line (an example of --over says its own)
+            if error.line is not None or invoke.label:
                 raise
             raise InputError(f"{invoke.named()}: {error.detail}", invoke.line) from error.__cause__
         if _rows_of(args, kwargs) == 0:
