@@ -30,7 +30,7 @@ from .models.batching import batch_invokes
 from .models.cell import call_options, default_namespace, invoke_inputs
 from .models.inputs import INPUT_HELP, call_arguments, input_ids_of
 from .names import rewrite_of
-from .names.rewrite import eager_attention
+from .names.rewrite import eager_attention, in_cell_words
 
 STEP_NAME = "step"
 TOP_K = 5
@@ -62,9 +62,7 @@ def generate(model: nn.Module, input, source: str, namespace: dict | None = None
     """Run `source` (the body of a `%%generate` cell) at every forward call of `model.generate(input)`."""
     if not isinstance(model, nn.Module) and hasattr(model, "nbgrad_generate"):   # a model elsewhere: every option to it
         return model.nbgrad_generate(input, source, namespace, **call_options(locals()))
-    check_source(source, "nbgrad.generate")
-    checks.namespace_argument(namespace)
-    checks.tokenizer_argument(tokenizer)
+    _check_cell(source, namespace, tokenizer)
     source = rewritten(source, namespace, max_new_tokens)      # pasted nnsight code (engine/compile/pasted.py)
     if (rewrite := rewrite_of(source, model, namespace)).eager and not graph:     # canonical names (nbgrad/names)
         return _eagerly(model, {**locals(), "source": rewrite.text})
@@ -89,12 +87,19 @@ def generate(model: nn.Module, input, source: str, namespace: dict | None = None
                          f"the cell. {INPUT_HELP}")
     else:
         args, call_kwargs = _arguments(input, model, tokenizer)
-    result = Generation(program, namespace, model, spans).run(args, {**call_kwargs, **options})
+    with in_cell_words(rewrite):        # a canonical name in an error: as the cell wrote it
+        result = Generation(program, namespace, model, spans).run(args, {**call_kwargs, **options})
     result.input_ids = input_ids_of(args, call_kwargs)
     result.invokes = values
     if out:
         namespace[out] = result.output
     return result
+
+
+def _check_cell(source, namespace, tokenizer) -> None:
+    check_source(source, "nbgrad.generate")
+    checks.namespace_argument(namespace)
+    checks.tokenizer_argument(tokenizer)
 
 
 def _check_arguments(model: nn.Module, max_new_tokens, kwargs) -> None:

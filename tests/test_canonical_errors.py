@@ -60,3 +60,13 @@ def test_a_name_the_family_lacks():
 def test_a_name_the_family_lacks_in_llama(llama):
     refused(llama, "x = model.pos_embed.output.save()", NbgradError,
             "line 1: canonical names: model.pos_embed: the llama family has no pos_embed (no learned positions)")
+
+
+def test_a_layer_past_the_last_reached_in_a_loop_of_a_generation(llama):
+    before = model_state(llama)
+    with pytest.raises(ModulePathError) as caught:
+        nbgrad.generate(llama, IDS, "x = [model.layers[i].resid_post.save() for i in range(5)]", max_new_tokens=2)
+    assert str(caught.value) == ("line 1: model.layers[i].resid_post: IndexError: index 2 is out of range (at "
+                                 "generation step 0) (model.model.layers[i].output in the model's own paths)")
+    assert_clean(llama, before)
+    assert len(nbgrad.generate(llama, IDS, SAVE, max_new_tokens=2).saved["x"]) == 2
