@@ -104,7 +104,7 @@ class NbgradMagics(Magics):
                                         "tokenized), token ids, or a dict / BatchEncoding")
     @argument("--max-new-tokens", type=int, default=20, help="how many tokens to generate (default 20)")
     @argument("--sample", action="store_true", help="sample instead of greedy decoding")
-    @argument("--out", default=None, help="name to bind the generated token ids to (prompt included)")
+    @argument("--out", default=None, type=str, help="name to bind the generated token ids to (prompt included)")
     @argument("--kwargs", default=None, help="expression: a dict of further `generate` keywords")
     @argument("-q", "--quiet", action="store_true", help="no inline display")
     @argument("--graph", action="store_true", help="show the hook graph of the cell and do not run it")
