@@ -227,3 +227,19 @@ def test_any_text_runs_or_says_it_is_empty(default_model, prompt):
         assert saved.shape[:2] == ids.shape
     assert_clean(default_model, before)
 
+
+
+@pytest.mark.parametrize("cell, line, meant", [("x = model.transformer.h[0].output\nx.save(1)\n", 2, ""),
+                                               ("x = model.transformer.h[0].output.sav()\n", 1,
+                                                "did you mean `.save()`? ")])
+def test_a_save_not_written_as_the_cells_save_gets_a_note(cell, line, meant):
+    """A tensor has no `.save` of its own (plain PyTorch says the same): the note says how a save is written."""
+    model = MODEL[0]
+    before = model_state(model)
+    with pytest.raises(AttributeError, match="'Tensor' object has no attribute 'sav") as caught:
+        nbgrad.trace(model, IDS, cell)
+    attribute = "save" if "save(1)" in cell else "sav"
+    assert caught.value.__notes__ == [f"nbgrad: line {line}: {meant}`x.save()` keeps x after the cell, and takes no "
+                                      f"arguments (`nbgrad.save(x)` is the same); a tensor has no `.{attribute}` of "
+                                      f"its own"]
+    assert_clean(model, before)

@@ -26,7 +26,8 @@ def add_hints(error: BaseException, events) -> None:
     its reads (the run's ForwardEvents), with what they returned of note."""
     if not isinstance(error, Exception) or getattr(error, "_nbgrad_hinted", False):
         return
-    hints = [_misspelled_event(error), _event_outside_the_cell(error), _skip_not_a_statement(error), _not_called(error),
+    hints = [_misspelled_event(error), _save_not_as_written(error), _event_outside_the_cell(error),
+             _skip_not_a_statement(error), _not_called(error),
              _tuple_as_tensor(error, events.tuple_reads), _not_a_tensor(error, events.other_reads),
              _after_a_replacement(error, events.last_replacement)]
     for hint in filter(None, hints):
@@ -70,6 +71,19 @@ def _misspelled_event(error) -> str | None:
     where = f"line {line}: " if line else ""
     return (f"{where}{found.group(1)} has no attribute `.{found.group(2)}`: did you mean `.{near[0]}`? "
             f"(a module's events: {', '.join('.' + e for e in MODULE_EVENTS)})")
+
+
+def _save_not_as_written(error) -> str | None:
+    """`x.save(1)` (a save with arguments is not the cell's save) or `x.sav()`: a tensor has no such method."""
+    found = _NO_ATTRIBUTE.search(str(error)) if isinstance(error, AttributeError) else None
+    if found is None or found.group(1) not in ("Tensor", "Parameter") or \
+            (found.group(2) != "save" and not difflib.get_close_matches(found.group(2), ["save"], cutoff=0.7)):
+        return None
+    line = _cell_line(error)
+    where = f"line {line}: " if line else ""
+    meant = "" if found.group(2) == "save" else "did you mean `.save()`? "
+    return (f"{where}{meant}`x.save()` keeps x after the cell, and takes no arguments (`nbgrad.save(x)` is the same); "
+            f"a tensor has no `.{found.group(2)}` of its own")
 
 
 def _raised_by(error):
