@@ -76,3 +76,10 @@ def test_an_invoke_input_that_is_none(model):
         nbgrad.trace(model, None, f"with invoke(bad):\n{BODY}", {"model": model, "bad": None})
     assert str(caught.value) == ("line 1: invoke INPUT `bad` is None: give the block a string, a list of strings, a "
                                  "tensor, a dict or a tuple")
+
+
+def test_keywords_in_a_generation(model):
+    plain = model.generate(IDS, max_new_tokens=3, do_sample=False, pad_token_id=0)
+    result = nbgrad.generate(model, None, "with invoke(input_ids=ids):\n    top = model.lm_head.output[:, -1].save()\n",
+                             {"model": model, "ids": IDS}, max_new_tokens=3)
+    assert torch.equal(result.output, plain) and len(result.saved["top"]) == 3
