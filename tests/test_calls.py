@@ -236,3 +236,38 @@ def test_an_interrupt_at_every_line_leaves_nothing(rec, runner):
         if not (torch.equal(after["n"], outs[1]) and torch.equal(after["y"], want_y)):
             problems.append((k, "next cell differs"))
     assert counter.count > 50 and not problems, problems[:3]
+
+
+def test_in_invokes_each_counts_its_own_rows(rec):
+    model, x = rec
+    one, _, _, _ = plain(model.cell, model, x[:1])
+    two, _, _, _ = plain(model.cell, model, x[1:])
+    ns = run(model, None, "with invoke(xs[:1]):\n    a = model.cell.calls[1].output.save()\n"
+             "with invoke(xs[1:]):\n    b = model.cell.calls[2].output.save()", xs=x)
+    assert torch.allclose(ns["a"], one[1]) and torch.allclose(ns["b"], two[2])
+
+
+def test_each_generation_step_counts_from_zero():
+    from helpers import tiny_gpt2
+    model, ids = tiny_gpt2(n_layer=2), torch.tensor([[1, 2, 3]])
+    kept = []
+    handle = model.transformer.h[0].register_forward_hook(lambda m, a, o: kept.append(o))
+    try:
+        model.generate(ids, max_new_tokens=3, do_sample=False, pad_token_id=0)
+    finally:
+        handle.remove()
+    ns = {"model": model}
+    nbgrad.generate(model, ids, "a = model.transformer.h[0].calls[0].output.save()", ns, max_new_tokens=3)
+    assert len(ns["a"]) == len(kept) == 3
+    assert all(torch.allclose(a, _first(b)) for a, b in zip(ns["a"], kept)) and hook_count(model) == 0
+
+
+def test_a_persistent_edit_of_a_call_edits_it_at_every_call_of_the_model(rec):
+    model, x = rec
+    _, _, want, _ = plain(model.cell, model, x, edit={1: lambda o: o * 0})
+    edit = nbgrad.edit(model, "model.cell.calls[1].output[:] = 0")
+    try:
+        first, second = model(x), model(x)
+    finally:
+        edit.remove()
+    assert torch.allclose(first, want) and torch.allclose(second, want) and hook_count(model) == 0
