@@ -204,6 +204,9 @@ def test_output_of_a_module_called_again_says_so_once(rec, capsys):
             "Read the k-th call (k from 0) as model.cell.calls[k].output") in said
     run(model, x, "b = model.head.output.save()\nc = model.cell.calls[1].output.save()")
     assert "nbgrad:" not in capsys.readouterr().err
+    for runner in RUNNERS:           # a one-read cell, which the fast runner answers from its own hook
+        run(model, x, "a = model.cell.output.save()", runner)
+        assert capsys.readouterr().err.count("model.cell ran more than once in this forward") == 1, runner
 
 
 CALLS_CELL = ("a = model.cell.calls[0].output.save()\nmodel.cell.calls[1].output[:] = 0\n"
