@@ -274,3 +274,14 @@ def test_a_persistent_edit_of_a_call_edits_it_at_every_call_of_the_model(rec):
     finally:
         edit.remove()
     assert torch.allclose(first, want) and torch.allclose(second, want) and hook_count(model) == 0
+
+
+def test_calls_without_an_event_after_it_says_what_to_write(rec):
+    model, x = rec
+    for cell, line in [("a = model.cell.calls[1].outptu.save()", 1), ("y = model.output.save()\nc = model.cell.calls[1]", 2)]:
+        with pytest.raises(AttributeError, match="'Linear' object has no attribute 'calls'") as caught:
+            run(model, x, cell)
+        assert caught.value.__notes__ == [f"nbgrad: line {line}: `.calls[k]`, the k-th call of a module, is read with "
+                                          f"one of its events right after it, in the same expression: "
+                                          f"`M.calls[k].output`, `.input` or `.inputs`"]
+    assert hook_count(model) == 0
