@@ -88,6 +88,9 @@ def _apply(parent, step: ast.expr, namespace: dict):
 
 def never_ran(use, module, model, after_forward: bool, late: bool = False) -> str:
     target = f"{use.target}.{use.kind}"
+    past_last = getattr(module, "past_last", None)     # `M.calls[k]` with k past M's last call (run/calls.py)
+    if past_last is not None and (said := past_last(use)) is not None:
+        return said
     if use.skip and not after_forward and not late:
         return (f"{use.target}(...) skipped nothing: {use.target.removesuffix('.skip')} never ran during this call "
                 f"of the model")

@@ -27,7 +27,7 @@ def add_hints(error: BaseException, events) -> None:
     if not isinstance(error, Exception) or getattr(error, "_nbgrad_hinted", False):
         return
     hints = [_misspelled_event(error), _save_not_as_written(error), _event_outside_the_cell(error),
-             _skip_not_a_statement(error), _not_called(error),
+             _skip_not_a_statement(error), _not_called(error), _calls_without_event(error),
              _tuple_as_tensor(error, events.tuple_reads), _not_a_tensor(error, events.other_reads),
              _after_a_replacement(error, events.last_replacement)]
     for hint in filter(None, hints):
@@ -84,6 +84,16 @@ def _save_not_as_written(error) -> str | None:
     meant = "" if found.group(2) == "save" else "did you mean `.save()`? "
     return (f"{where}{meant}`x.save()` keeps x after the cell, and takes no arguments (`nbgrad.save(x)` is the same); "
             f"a tensor has no `.{found.group(2)}` of its own")
+
+
+def _calls_without_event(error) -> str | None:
+    """`c = M.calls[1]` or `M.calls[1].outptu`: `.calls[k]` is nbgrad's only with an event after it (docs/calls.md)."""
+    found = _NO_ATTRIBUTE.search(str(error)) if isinstance(error, AttributeError) else None
+    if found is None or found.group(2) != "calls" or not isinstance(_raised_by(error), nn.Module):
+        return None
+    line = _cell_line(error)
+    return (f"{f'line {line}: ' if line else ''}`.calls[k]`, the k-th call of a module, is read with one of its "
+            f"events right after it, in the same expression: `M.calls[k].output`, `.input` or `.inputs`")
 
 
 def _raised_by(error):

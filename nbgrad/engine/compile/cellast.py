@@ -203,21 +203,26 @@ def is_path(expr: ast.expr, names: frozenset | None = None) -> bool:
     if isinstance(expr, ast.Attribute):
         return expr.attr not in EVENT_ATTRS and is_path(expr.value, names)
     if opens_source(expr):           # `M.source` (compile/siteaccess.py): a site is hooked early like a module
-        return is_path(expr.args[0], names)
+        return is_path(expr.args[0], names) and all(_plain_index(index, names) for index in expr.args[1:])
     if isinstance(expr, ast.Subscript):
-        index = expr.slice
-        if isinstance(index, ast.UnaryOp) and isinstance(index.op, ast.USub):
-            index = index.operand
-        by_name = names is not None and isinstance(index, ast.Name) and index.id in names
-        return (isinstance(index, ast.Constant) or by_name) and is_path(expr.value, names)
+        return _plain_index(expr.slice, names) and is_path(expr.value, names)
     return False
 
 
+def _plain_index(index: ast.expr, names: frozenset | None) -> bool:
+    """A constant, or with `names` one of them, as an index of a path (`M.calls[k]`'s k too)."""
+    if isinstance(index, ast.UnaryOp) and isinstance(index.op, ast.USub):
+        index = index.operand
+    return isinstance(index, ast.Constant) or (names is not None and isinstance(index, ast.Name) and index.id in names)
+
+
 def opens_source(expr: ast.expr) -> bool:
-    """`__nbgrad__.source_of(X)` / `__nbgrad__.skip_of(X)`, what `X.source` and `X.skip(v)` compile to."""
+    """`__nbgrad__.source_of(X)` / `__nbgrad__.skip_of(X)` / `__nbgrad__.call_of(X, k)`, what `X.source`,
+    `X.skip(v)` and `X.calls[k]` compile to."""
     return (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute)
-            and expr.func.attr in ("source_of", "skip_of") and isinstance(expr.func.value, ast.Name)
-            and expr.func.value.id == "__nbgrad__" and len(expr.args) == 1)
+            and isinstance(expr.func.value, ast.Name) and expr.func.value.id == "__nbgrad__"
+            and len(expr.args) == (2 if expr.func.attr == "call_of" else 1)
+            and expr.func.attr in ("source_of", "skip_of", "call_of"))
 
 
 # --- nodes the rewrite builds -----------------------------------------------------------------

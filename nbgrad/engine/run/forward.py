@@ -13,6 +13,7 @@ from ...errors import hints
 from ..compile.program import Read
 from .elements import element, find, hold
 from .hookset import DictHandle
+from .calls import note_called_again
 from .missing import HOOKABLE, PATH_ERRORS, note_type, path_error
 from .moduletree import compiled_inner
 from .scheduler import Scheduler
@@ -138,16 +139,6 @@ class ForwardEvents:
             return compiled_inner(module) or module
         return module
 
-    def resolve(self, thunk, use_id):
-        """The module a request names, or an error that says which step of its path is not in the model."""
-        try:
-            module = thunk()
-        except PATH_ERRORS as error:
-            raise path_error(self, error, use_id)
-        if type(module).__name__ == "OptimizedModule":     # `model.output` of a torch.compile'd model
-            return compiled_inner(module) or module
-        return module
-
     def _element(self, use_id: int, at: int):
         """The module `PATH[at]` names: looked up in the model for a constant index, from the run's copy of PATH's
         blocks for a loop's (elements.py), never a compiled one; None: evaluate the expression."""
@@ -220,7 +211,8 @@ class ForwardEvents:
         runtime = self.runtime
         if runtime.in_statement:
             return None         # a call the cell makes itself (a logit lens): not the model's own event
-        values = self.values
+        if key in (values := self.values):      # a module called again in this forward (a recurrent cell): a hint
+            note_called_again(self, key)
         values[key] = value
         if self.early_sinks and key in self.early_sinks:
             for callback in self.early_sinks[key]:

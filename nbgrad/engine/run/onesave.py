@@ -17,6 +17,7 @@ from functools import partial
 from torch import Tensor
 
 from ...errors import hints
+from .calls import note_called_again
 from .elements import walk
 from .missing import HOOKABLE, never_ran, note_type
 from .scheduler import AFTER_FORWARD, BEFORE_MODEL, FORWARD
@@ -33,7 +34,7 @@ def forward_one(run, one: tuple, call_args: tuple, call_kwargs: dict) -> bool:
     run.timeline.append((0, None, BEFORE_MODEL))
     forward.requested.add(0)
     kept: dict = {}                                 # the value of the module's first call, once it has run
-    run.hooks.forward_hook(key, module, partial(_kept, forward.values, kept, key))
+    run.hooks.forward_hook(key, module, partial(_kept, forward, kept, key))
     forward.model_running, run.phase = True, FORWARD
     try:
         try:
@@ -53,11 +54,13 @@ def forward_one(run, one: tuple, call_args: tuple, call_kwargs: dict) -> bool:
     return True
 
 
-def _kept(values: dict, kept: dict, key, module, args, value) -> None:
+def _kept(forward, kept: dict, key, module, args, value) -> None:
     """The module's output hook: the first value for the read, the last for the sidebar's shape."""
     if key not in kept:
         kept[key] = value
-    values[key] = value
+    else:                   # the module called again: the hint about `M.calls[k]`, once (calls.py)
+        note_called_again(forward, key)
+    forward.values[key] = value
 
 
 def _saved_one(run, one: tuple, value) -> None:

@@ -22,6 +22,7 @@ from ..compile.program import RUNTIME_NAME, Backward, GradRead, GradWrite, Progr
 from .cellstate import CellState
 from .claims import _local, _tracing, active_runtime, claim, release  # noqa: F401  (tests read _local, _tracing)
 from .caching import check_cache_call, start_cache
+from .calls import call_of
 from .forward import ForwardEvents
 from .gradients import GradientEvents
 from .hookloops import start_loop
@@ -43,7 +44,7 @@ class Runtime(Scheduler):
     Read, Write, GradRead, GradWrite, Backward = Read, Write, GradRead, GradWrite, Backward
     new = tuple.__new__
     source_of = staticmethod(source_of)      # `M.source` in the cell (compile/siteaccess.py)
-    skip_of = staticmethod(skip_of)          # `M.skip(v)` in the cell
+    skip_of, call_of = staticmethod(skip_of), staticmethod(call_of)      # `M.skip(v)`, `M.calls[k]` (calls.py)
     _start_loop = start_loop                 # the core starts a loop of on-event functions so (with `hook_loops`)
     forward_events, gradient_events = ForwardEvents, GradientEvents      # the homes' classes (an edit's are its own)
     # Slots: a run's state is read and written at every step of the cell, run cold between two forward passes, and a
