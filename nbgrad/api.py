@@ -23,6 +23,7 @@ from .engine.run.moduletree import compiled_inner
 from .engine.run.rows import InvokeRows
 from .engine.run.runtime import Runtime, active_runtime
 from .errors import GradError, NbgradError
+from .errors.options import checked_options
 from .errors.naming import a_or_an, tensor_names
 from .models.batching import batch_invokes
 from .models.cell import call_options, default_namespace, invoke_inputs, model_to_trace
@@ -44,6 +45,7 @@ dataset_runner: list = []
 _DEFAULTS = (8, None, "local", None, None, None, "fast")
 
 
+@checked_options("nbgrad.trace")
 def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *, no_grad: bool = False,
           tokenizer=None, graph: bool = False, quiet: bool = True, over=None, batch_size: int = 8, out=None,
           engine: str = "local", workers: int | None = None, column: str | None = None,
@@ -123,6 +125,7 @@ def _prepared(program, model, input, tokenizer, namespace: dict) -> tuple:
     return model, args, kwargs, values, InvokeRows(spans, spans[-1][1])
 
 
+@checked_options("nbgrad.backward")
 def backward(loss: torch.Tensor, source: str = "", namespace: dict | None = None, *, grad_output=None,
              retain_graph: bool = False, create_graph: bool = False, graph: bool = False,
              quiet: bool = True, runner: str = "fast") -> Result:
@@ -217,6 +220,7 @@ def _without_line(error: NbgradError) -> NbgradError:
     return plain
 
 
+@checked_options("nbgrad.edit")
 def edit(model: nn.Module, source: str, namespace: dict | None = None, *, label: str = "") -> Edit:
     """Install `source` (the body of a `%%edit` cell: writes and in-place edits of module events) on `model` for
     every later call of it (a plain call, `generate`, a later trace) until `.remove()`; returns the `Edit`, which

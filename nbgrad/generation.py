@@ -18,6 +18,7 @@ from torch import nn
 from . import models
 from .engine.compile.helpers import compile_with_helpers
 from .engine import checks
+from .errors.options import checked_options
 from .engine.compile.pasted import rewritten
 from .engine.compile.sourcetext import check_source
 from .engine.run.moduletree import compiled_inner
@@ -56,6 +57,7 @@ class GenerationResult(Result):
         return rest
 
 
+@checked_options("nbgrad.generate")
 def generate(model: nn.Module, input, source: str, namespace: dict | None = None, max_new_tokens: int = 20, *,
              sample: bool = False, out: str | None = None, kwargs: dict | None = None, tokenizer=None,
              graph: bool = False, quiet: bool = True) -> GenerationResult:
