@@ -30,6 +30,7 @@ from .models.cell import call_options, default_namespace, invoke_inputs, model_t
 from .models.inputs import call_arguments, input_ids_of
 from .models.loading import remember
 from .models.skeleton import on_skeleton
+from .models.wrongcall import input_noted
 from .names import mentions_canonical, rewrite_of
 from .names.rewrite import eager_attention, in_cell_words, wrap_caches
 from .views.cache import CachePanel
@@ -82,8 +83,8 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
     else:
         model, args, kwargs, values, rows = _prepared(program, model, input, tokenizer, namespace)
         ids = input_ids_of(args, kwargs)
-    run = Runtime(program, namespace, model, no_grad, rows, fast=runner == "fast")
-    result = run.run_trace(args, kwargs)
+    with input_noted(input, args, kwargs):      # the model's own error over a plain value of INPUT: a note
+        result = Runtime(program, namespace, model, no_grad, rows, fast=runner == "fast").run_trace(args, kwargs)
     result.input_ids, result.invokes = ids, values
     return result
 

@@ -30,6 +30,7 @@ from .errors.naming import a_or_an
 from .models.batching import batch_invokes
 from .models.cell import call_options, default_namespace, invoke_inputs
 from .models.inputs import INPUT_HELP, call_arguments, input_ids_of
+from .models.wrongcall import input_noted
 from .names import rewrite_of
 from .names.rewrite import eager_attention, in_cell_words
 
@@ -89,7 +90,7 @@ def generate(model: nn.Module, input, source: str, namespace: dict | None = None
                          f"the cell. {INPUT_HELP}")
     else:
         args, call_kwargs = _arguments(input, model, tokenizer)
-    with in_cell_words(rewrite):        # a canonical name in an error: as the cell wrote it
+    with in_cell_words(rewrite), input_noted(input, args, call_kwargs):    # a canonical name as the cell wrote it
         result = Generation(program, namespace, model, spans).run(args, {**call_kwargs, **options})
     result.input_ids = input_ids_of(args, call_kwargs)
     result.invokes = values

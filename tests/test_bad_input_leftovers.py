@@ -27,7 +27,7 @@ def refused(model, call, error, message=None):
         call(model, namespace)
     if message is not None:
         assert str(caught.value) == message
-    assert set(namespace) == {"model"}
+    assert set(namespace) - {"__builtins__"} == {"model"}     # exec puts Python's builtins in; nothing of ours
     assert_clean(model, before)
     next_cell_works(model, namespace)
     return caught.value
@@ -58,3 +58,61 @@ KEYWORDS = [
 def test_an_unknown_keyword_names_the_nearest_option_and_all_of_them(call, message):
     error = refused(tiny_gpt2(n_layer=2), call, ArgumentError, message)
     assert isinstance(error, TypeError)          # where Python's own "unexpected keyword argument" was
+
+
+HELP = ("INPUT may be a string or a list of strings (tokenized; a list is one padded batch), a PIL image or a list "
+        "of them (through the model's image processor), a tensor (the first argument), a dict or BatchEncoding "
+        "(keyword arguments) or a tuple (positional arguments)")
+# (INPUT, how it went to the model, as the note says it)
+PLAIN_INPUTS = [((1,), "positional arguments, as given: argument 0 is an int `1`"),
+                ({"input_ids": 5}, "keyword arguments, as given: input_ids= is an int `5`"),
+                (([1, 2, 3],), "positional arguments, as given: argument 0 is a list `[1, 2, 3]`"),
+                ({"input_ids": [1, 2, 3]}, "keyword arguments, as given: input_ids= is a list `[1, 2, 3]`")]
+
+
+def model_error(call, input):
+    """What the model itself raises on `input` as nbgrad passes it (a tuple positional, a dict keyword), unhooked."""
+    try:
+        call(*input) if isinstance(input, tuple) else call(**input)
+    except (AttributeError, TypeError) as error:
+        return type(error), str(error)
+    raise AssertionError("the model took it")
+
+
+@pytest.mark.parametrize("run", ["trace", "generate"])
+@pytest.mark.parametrize("input, passed", PLAIN_INPUTS, ids=[repr(case[0]) for case in PLAIN_INPUTS])
+def test_an_input_the_model_refuses_keeps_its_error_with_a_note_of_how_it_was_passed(run, input, passed):
+    model = tiny_gpt2(n_layer=2)
+    kind, message = model_error(model if run == "trace" else model.generate, input)
+    call = getattr(nbgrad, run)
+    error = refused(model, lambda m, ns: call(m, input, SAVE, ns), kind)
+    assert str(error) == message
+    assert error.__notes__ == [f"nbgrad: INPUT {input!r} went to the model as its {passed}, where the model takes a "
+                               f"tensor. {HELP}"]
+
+
+def test_the_magic_gives_the_same_note(shell):
+    model = tiny_gpt2(n_layer=2)
+    shell.user_ns["model"] = model
+    names, before = set(shell.user_ns), model_state(model)
+    try:
+        with pytest.raises(AttributeError, match="'int' object has no attribute") as caught:
+            shell.run_cell_magic("trace", "model {'input_ids': 5}", SAVE)
+        assert caught.value.__notes__[0].startswith("nbgrad: INPUT {'input_ids': 5} went to the model as its "
+                                                    "keyword arguments, as given: input_ids= is an int `5`")
+        assert set(shell.user_ns) == names
+        assert_clean(model, before)
+        shell.run_cell_magic("trace", "model torch.tensor([[1, 2, 3]]) -q", NEXT)
+        assert shell.user_ns.pop("kept").shape == (1, 3, 32)
+    finally:
+        shell.user_ns.pop("model")
+
+
+def test_an_error_of_the_cells_own_line_gets_no_input_note():
+    """A plain value among the model's keywords (logits_to_keep=1) and a TypeError over an int raised by the cell
+    itself: the cell's error, as Python made it."""
+    model = tiny_gpt2(n_layer=2)
+    cell = "x = model.transformer.h[0].output\ny = len(1)"
+    error = refused(model, lambda m, ns: nbgrad.trace(m, {"input_ids": IDS, "logits_to_keep": 1}, cell, ns), TypeError,
+                    "object of type 'int' has no len()")
+    assert not any("went to the model" in note for note in getattr(error, "__notes__", []))
