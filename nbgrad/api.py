@@ -32,6 +32,7 @@ from .models.loading import remember
 from .models.skeleton import on_skeleton
 from .models.wrongcall import input_noted
 from .names import mentions_canonical, rewrite_of
+from .names.misspelt import root_misspelling_hinted
 from .names.rewrite import eager_attention, in_cell_words, wrap_caches
 from .views.cache import CachePanel
 
@@ -47,6 +48,7 @@ _DEFAULTS = (8, None, "local", None, None, None, "fast")
 
 
 @checked_options("nbgrad.trace")
+@root_misspelling_hinted
 def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *, no_grad: bool = False,
           tokenizer=None, graph: bool = False, quiet: bool = True, over=None, batch_size: int = 8, out=None,
           engine: str = "local", workers: int | None = None, column: str | None = None,
@@ -222,6 +224,7 @@ def _without_line(error: NbgradError) -> NbgradError:
 
 
 @checked_options("nbgrad.edit")
+@root_misspelling_hinted
 def edit(model: nn.Module, source: str, namespace: dict | None = None, *, label: str = "") -> Edit:
     """Install `source` (the body of a `%%edit` cell: writes and in-place edits of module events) on `model` for
     every later call of it (a plain call, `generate`, a later trace) until `.remove()`; returns the `Edit`, which

@@ -32,6 +32,7 @@ from .models.cell import call_options, default_namespace, invoke_inputs
 from .models.inputs import INPUT_HELP, call_arguments, input_ids_of
 from .models.wrongcall import input_noted
 from .names import rewrite_of
+from .names.misspelt import root_misspelling_hinted
 from .names.rewrite import eager_attention, in_cell_words
 
 STEP_NAME = "step"
@@ -59,6 +60,7 @@ class GenerationResult(Result):
 
 
 @checked_options("nbgrad.generate")
+@root_misspelling_hinted
 def generate(model: nn.Module, input, source: str, namespace: dict | None = None, max_new_tokens: int = 20, *,
              sample: bool = False, out: str | None = None, kwargs: dict | None = None, tokenizer=None,
              graph: bool = False, quiet: bool = True) -> GenerationResult:

@@ -116,3 +116,67 @@ def test_an_error_of_the_cells_own_line_gets_no_input_note():
     error = refused(model, lambda m, ns: nbgrad.trace(m, {"input_ids": IDS, "logits_to_keep": 1}, cell, ns), TypeError,
                     "object of type 'int' has no len()")
     assert not any("went to the model" in note for note in getattr(error, "__notes__", []))
+
+
+def tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32)
+    return LlamaForCausalLM(config).eval()
+
+
+def llama_next_cell_works(model, namespace):
+    saved = nbgrad.trace(model, IDS, "kept = model.model.layers[1].output.save()", namespace).saved["kept"]
+    assert saved.shape == (1, 3, 32)
+    namespace.pop("kept")
+
+
+# (id, a call naming a misspelled canonical root, the error, its message or the note it gets)
+ROOTS = [
+    ("trace, a submodule", lambda m, ns: nbgrad.trace(m, IDS, "x = model.embedd.output.save()", ns),
+     nbgrad.ModulePathError, "line 1: model.embedd is not in the model: model (GPT2LMHeadModel) has no submodule "
+     "'embedd'; its submodules: transformer, lm_head. model.embedd is not a canonical name of the gpt2 family "
+     "either; did you mean model.embed?"),
+    ("trace, an indexed name", lambda m, ns: nbgrad.trace(m, IDS, "x = model.layer[0].resid_post.save()", ns),
+     AttributeError, "nbgrad: line 1: model.layer is not a canonical name of the gpt2 family either; did you mean "
+                     "model.layers?"),
+    ("edit", lambda m, ns: nbgrad.edit(m, "model.layer[0].output[:] *= 2", ns), nbgrad.ModulePathError,
+     "line 1: model.layer is not in the model: model (GPT2LMHeadModel) has no submodule 'layer'; its submodules: "
+     "transformer, lm_head. model.layer is not a canonical name of the gpt2 family either; did you mean "
+     "model.layers?"),
+    ("generate", lambda m, ns: nbgrad.generate(m, IDS, "x = model.ln_finl.output.save()", ns, max_new_tokens=2),
+     nbgrad.ModulePathError, "did you mean model.ln_final?"),
+]
+
+
+@pytest.mark.parametrize("call, error, says", [case[1:] for case in ROOTS], ids=[case[0] for case in ROOTS])
+def test_a_misspelled_canonical_root_says_what_was_meant(call, error, says):
+    caught = refused(tiny_gpt2(n_layer=2), call, error)
+    if isinstance(caught, nbgrad.NbgradError):
+        assert str(caught) == says if says.startswith("line") else says in str(caught)
+    else:
+        assert caught.__notes__ == [says]
+
+
+def test_a_misspelled_root_of_a_llama_names_the_canonical_one():
+    model = tiny_llama()
+    namespace, before = {"model": model}, model_state(model)
+    with pytest.raises(AttributeError) as caught:
+        nbgrad.trace(model, IDS, "\nx = model.layer[1].resid_post.save()", namespace)
+    assert caught.value.__notes__ == ["nbgrad: line 2: model.layer is not a canonical name of the llama family "
+                                      "either; did you mean model.layers?"]
+    assert_clean(model, before)
+    llama_next_cell_works(model, namespace)
+
+
+def test_a_root_far_from_every_canonical_name_or_a_model_of_no_known_family_gets_no_hint():
+    model = tiny_gpt2(n_layer=2)
+    error = refused(model, lambda m, ns: nbgrad.trace(m, IDS, "x = model.foo.output.save()", ns),
+                    nbgrad.ModulePathError)
+    assert str(error).endswith("its submodules: transformer, lm_head")
+    plain = torch.nn.Sequential(torch.nn.Linear(3, 3))
+    with pytest.raises(nbgrad.ModulePathError) as caught:
+        nbgrad.trace(plain, torch.ones(1, 3), "x = model.embedd.output.save()")
+    assert "canonical" not in str(caught.value)
+    assert_clean(plain, (0, [True, True], True, [None, None]))
