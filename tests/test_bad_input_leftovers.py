@@ -180,3 +180,58 @@ def test_a_root_far_from_every_canonical_name_or_a_model_of_no_known_family_gets
         nbgrad.trace(plain, torch.ones(1, 3), "x = model.embedd.output.save()")
     assert "canonical" not in str(caught.value)
     assert_clean(plain, (0, [True, True], True, [None, None]))
+
+
+LOOP = "for i in range({}):\n    model.transformer.h[i].output[:] *= 2"
+
+
+@pytest.mark.parametrize("written, bad", [("5", 2), ("1, 3", 2), ("-3, 1", -3)])
+def test_an_edit_whose_literal_range_runs_past_the_last_layer_is_refused_when_installed(written, bad):
+    error = refused(tiny_gpt2(n_layer=2), lambda m, ns: nbgrad.edit(m, LOOP.format(written), ns, label="double"),
+                    nbgrad.ModulePathError,
+                    f"line 2: model.transformer.h[i] is not in the model for i = {bad}: the loop of line 1 runs over "
+                    f"range({written}), and model.transformer.h has 2 layers, indices 0–1")
+    assert isinstance(error, AttributeError)
+
+
+def test_the_magic_refuses_it_too(shell):
+    model = tiny_gpt2(n_layer=2)
+    shell.user_ns["model"] = model
+    names, before = set(shell.user_ns), model_state(model)
+    try:
+        with pytest.raises(nbgrad.ModulePathError, match=r"line 2: model.transformer.h\[i\] is not in the model for "
+                                                         r"i = 2: the loop of line 1 runs over range\(5\)"):
+            shell.run_cell_magic("edit", "model", LOOP.format(5))
+        assert set(shell.user_ns) == names
+        assert_clean(model, before)
+        shell.run_cell_magic("trace", "model torch.tensor([[1, 2, 3]]) -q", NEXT)
+        assert shell.user_ns.pop("kept").shape == (1, 3, 32)
+    finally:
+        shell.user_ns.pop("model")
+
+
+def test_a_range_within_the_layers_installs_and_edits_as_plain_hooks_do():
+    model = tiny_gpt2(n_layer=2)
+    handles = [block.register_forward_hook(lambda mod, args, out: out * 2) for block in model.transformer.h]
+    expected = model(IDS).logits
+    for handle in handles:
+        handle.remove()
+    with nbgrad.edit(model, LOOP.format(2)):
+        assert torch.allclose(model(IDS).logits, expected)
+
+
+def test_a_range_known_only_at_the_call_names_the_edit_and_its_line_then():
+    model = tiny_gpt2(n_layer=2)
+    namespace, before = {"model": model, "n": 5}, model_state(model)
+    edit = nbgrad.edit(model, LOOP.format("n"), namespace, label="double")
+    try:
+        with pytest.raises(nbgrad.ModulePathError) as caught:
+            model(IDS)
+    finally:
+        edit.remove()
+    assert str(caught.value) == ("line 2: model.transformer.h[i] is not in the model: model.transformer.h has 2 "
+                                 "blocks, indices 0–1 (or -2–-1); raised by double, which is on the model: "
+                                 "`.remove()` takes it off")
+    assert_clean(model, before)
+    namespace.pop("n")
+    next_cell_works(model, namespace)
