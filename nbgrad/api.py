@@ -23,13 +23,16 @@ from .engine.run.moduletree import compiled_inner
 from .engine.run.rows import InvokeRows
 from .engine.run.runtime import Runtime, active_runtime
 from .errors import GradError, NbgradError
+from .errors.options import checked_options
 from .errors.naming import a_or_an, tensor_names
 from .models.batching import batch_invokes
 from .models.cell import call_options, default_namespace, invoke_inputs, model_to_trace
 from .models.inputs import call_arguments, input_ids_of
 from .models.loading import remember
 from .models.skeleton import on_skeleton
+from .models.wrongcall import input_noted
 from .names import mentions_canonical, rewrite_of
+from .names.misspelt import root_misspelling_hinted
 from .names.rewrite import eager_attention, in_cell_words, wrap_caches
 from .views.cache import CachePanel
 
@@ -44,6 +47,8 @@ dataset_runner: list = []
 _DEFAULTS = (8, None, "local", None, None, None, "fast")
 
 
+@checked_options("nbgrad.trace")
+@root_misspelling_hinted
 def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *, no_grad: bool = False,
           tokenizer=None, graph: bool = False, quiet: bool = True, over=None, batch_size: int = 8, out=None,
           engine: str = "local", workers: int | None = None, column: str | None = None,
@@ -80,8 +85,8 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
     else:
         model, args, kwargs, values, rows = _prepared(program, model, input, tokenizer, namespace)
         ids = input_ids_of(args, kwargs)
-    run = Runtime(program, namespace, model, no_grad, rows, fast=runner == "fast")
-    result = run.run_trace(args, kwargs)
+    with input_noted(input, args, kwargs):      # the model's own error over a plain value of INPUT: a note
+        result = Runtime(program, namespace, model, no_grad, rows, fast=runner == "fast").run_trace(args, kwargs)
     result.input_ids, result.invokes = ids, values
     return result
 
@@ -123,6 +128,7 @@ def _prepared(program, model, input, tokenizer, namespace: dict) -> tuple:
     return model, args, kwargs, values, InvokeRows(spans, spans[-1][1])
 
 
+@checked_options("nbgrad.backward")
 def backward(loss: torch.Tensor, source: str = "", namespace: dict | None = None, *, grad_output=None,
              retain_graph: bool = False, create_graph: bool = False, graph: bool = False,
              quiet: bool = True, runner: str = "fast") -> Result:
@@ -217,6 +223,8 @@ def _without_line(error: NbgradError) -> NbgradError:
     return plain
 
 
+@checked_options("nbgrad.edit")
+@root_misspelling_hinted
 def edit(model: nn.Module, source: str, namespace: dict | None = None, *, label: str = "") -> Edit:
     """Install `source` (the body of a `%%edit` cell: writes and in-place edits of module events) on `model` for
     every later call of it (a plain call, `generate`, a later trace) until `.remove()`; returns the `Edit`, which

@@ -18,6 +18,7 @@ from torch import nn
 from . import models
 from .engine.compile.helpers import compile_with_helpers
 from .engine import checks
+from .errors.options import checked_options
 from .engine.compile.pasted import rewritten
 from .engine.compile.sourcetext import check_source
 from .engine.run.moduletree import compiled_inner
@@ -29,7 +30,9 @@ from .errors.naming import a_or_an
 from .models.batching import batch_invokes
 from .models.cell import call_options, default_namespace, invoke_inputs
 from .models.inputs import INPUT_HELP, call_arguments, input_ids_of
+from .models.wrongcall import input_noted
 from .names import rewrite_of
+from .names.misspelt import root_misspelling_hinted
 from .names.rewrite import eager_attention, in_cell_words
 
 STEP_NAME = "step"
@@ -56,6 +59,8 @@ class GenerationResult(Result):
         return rest
 
 
+@checked_options("nbgrad.generate")
+@root_misspelling_hinted
 def generate(model: nn.Module, input, source: str, namespace: dict | None = None, max_new_tokens: int = 20, *,
              sample: bool = False, out: str | None = None, kwargs: dict | None = None, tokenizer=None,
              graph: bool = False, quiet: bool = True) -> GenerationResult:
@@ -87,7 +92,7 @@ def generate(model: nn.Module, input, source: str, namespace: dict | None = None
                          f"the cell. {INPUT_HELP}")
     else:
         args, call_kwargs = _arguments(input, model, tokenizer)
-    with in_cell_words(rewrite):        # a canonical name in an error: as the cell wrote it
+    with in_cell_words(rewrite), input_noted(input, args, call_kwargs):    # a canonical name as the cell wrote it
         result = Generation(program, namespace, model, spans).run(args, {**call_kwargs, **options})
     result.input_ids = input_ids_of(args, call_kwargs)
     result.invokes = values

@@ -100,7 +100,10 @@ def test_cache_takes_canonical_modules():
     ("x = model.layers[0].attn.patern.save()", "llama", ["nearest: pattern"]),
     ("model.layers[0].attn.head_out = 0", "gpt2", ["computed from attn.z", "write attn.z instead"]),
     ("x = model.layers[0].mlp.output.save()", "opt",
-     ["opt family has no MLP module (its MLP layers sit in the block itself)"]),
+     ["model.layers[0].mlp.output: the opt family has no MLP module of its own; its MLP layers sit in the block "
+      "itself, so name them by the model's own paths"]),
+    ("model.layers[1].mlp.output[:] = 0", "opt", ["model.layers[1].mlp.output: the opt family has no MLP module of "
+                                                 "its own; its MLP layers sit in the block itself, so name them"]),
 ])
 def test_errors_say_what_the_family_lacks_or_what_was_meant(cell, family, words):
     model = build(family)

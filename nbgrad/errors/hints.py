@@ -163,6 +163,10 @@ def note_edit(error: BaseException, label: str, events) -> None:
     if not isinstance(error, Exception):
         return
     replaced = _after_a_replacement(error, events.last_replacement)
+    if isinstance(error, NbgradError):      # said in its message: IPython shows nbgrad's errors without notes
+        error.detail = f"{error.detail}; raised by {label}, which is on the model: `.remove()` takes it off"
+        error.args = (f"line {error.line}: {error.detail}" if error.line else error.detail,) + error.args[1:]
+        return
     error.add_note(f"nbgrad: raised while {label} was on the model" + (f" ({replaced})" if replaced else "")
                    + "; `.remove()` takes it off")
 

@@ -51,7 +51,7 @@ class Rewrite:
             inner = self.resolve(node.value)
             found = inner and self.vocabulary.step(inner, node.attr, node.lineno, self.written(node))
             if inner and inner.lacks and not found:
-                raise self.vocabulary.lacking(inner.lacks, "use its own modules", node.lineno)
+                raise self.vocabulary.lacking_module(inner.lacks, node.lineno)
             if found:
                 self.eager |= found.eager
                 if found.site and (node.lineno, node.attr) not in self.sites:
@@ -132,7 +132,7 @@ class Rewrite:
                 continue
             canon = self.resolve(node) if isinstance(node, (ast.Attribute, ast.Subscript)) else None
             if canon is not None and canon.lacks:
-                raise self.vocabulary.lacking(canon.lacks, "use its own modules", node.lineno)
+                raise self.vocabulary.lacking_module(canon.lacks, node.lineno)
             if canon is not None and canon.kind not in ("root",):
                 edits.append((*self._span(node), canon.text))
                 self.said.append((node.lineno, self.written(node), canon.text))

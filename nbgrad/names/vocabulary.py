@@ -55,6 +55,12 @@ class Vocabulary:
         written = f"{self.written}: " if self.written else ""
         return NbgradError(f"canonical names: {written}the {self.facts.family} family has no {what} ({why})", line)
 
+    def lacking_module(self, what: str, line: int) -> NbgradError:
+        """A module the family has not got (`Canon.lacks`, which says why), named as a module."""
+        written = f"{self.written}: " if self.written else ""
+        return NbgradError(f"canonical names: {written}the {self.facts.family} family has no {what}, so name them "
+                           f"by the model's own paths", line)
+
     def _root(self, canon: Canon, attr: str, line: int) -> Canon | None:
         if attr not in ROOT_NAMES:
             if not hasattr(self.facts.model, attr) and attr not in EVENT_WORDS:
@@ -94,7 +100,7 @@ class Vocabulary:
         path = entry.get(attr)
         kind = attr if attr in ("attn", "mlp") else "module"
         if path is None and attr == "mlp":
-            return Canon(text, "mlp", block=text, lacks="MLP module (its MLP layers sit in the block itself)")
+            return Canon(text, "mlp", block=text, lacks="MLP module of its own; its MLP layers sit in the block itself")
         if path is None:
             raise self.lacking(attr, "not in its entry of nbgrad.names.FAMILIES", line)
         return Canon(f"{text}.{path}", kind, block=text)

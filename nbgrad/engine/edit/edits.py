@@ -22,6 +22,7 @@ from torch import nn
 
 from ...errors import NbgradError, diagnose
 from .editstack import EditStack, stack_on, stacks
+from .loopranges import check_loop_ranges
 from ..run.missing import PATH_ERRORS
 from ..run.runtime import Runtime
 from ..compile.editable import check_names
@@ -66,6 +67,7 @@ class Edit:
 def install(edit: Edit) -> Edit:
     """Put `edit` on its model, after the edits already there; a module path not in the model is refused now."""
     _check_paths(edit.program, edit.namespace)
+    check_loop_ranges(edit.program.source, edit.namespace)      # a literal range past the last layer: said now
     check_names(edit.program, edit.namespace)      # a name read elsewhere in the body: said now, not at every call
     stack = stack_on(edit.model)
     if stack is None:
