@@ -17,7 +17,7 @@ from .missing import HOOKABLE, PATH_ERRORS, note_type, path_error
 from .moduletree import compiled_inner
 from .scheduler import Scheduler
 from .rows import rows_of
-from .skips import RowsSkipped, SkipGate, checked_skip_value
+from .skips import PARTIAL, RowsSkipped, SkipGate, checked_skip_value
 from .stopping import StopRun, never_came_after_stop
 from .targets import target_elements
 from ...errors import OrderError, diagnose
@@ -71,9 +71,10 @@ class ForwardEvents:
         if key in values:
             if use.write and key != self.live:
                 raise self.runtime.too_late(task, use)
-            value = values[key]
-            if task.node.spec.invoke is not None:
-                value = rows_of(self.runtime.rows, module, value, use, task.node.spec.invoke)
+            value, invoke = values[key], task.node.spec.invoke
+            if invoke is not None:      # an invoke's rows (`rows_of`, its view written out where no skip is partial)
+                value = rows_of(self.runtime.rows, module, value, use, invoke) if PARTIAL else \
+                    self.runtime.rows.view(value, invoke)
             if type(value) is not Tensor:
                 note_type(self, request.use, use, value)
             if use.row_zero:
@@ -134,16 +135,6 @@ class ForwardEvents:
             module = request.module()
         except PATH_ERRORS as error:
             raise path_error(self, error, request.use)
-        if type(module).__name__ == "OptimizedModule":     # `model.output` of a torch.compile'd model
-            return compiled_inner(module) or module
-        return module
-
-    def resolve(self, thunk, use_id):
-        """The module a request names, or an error that says which step of its path is not in the model."""
-        try:
-            module = thunk()
-        except PATH_ERRORS as error:
-            raise path_error(self, error, use_id)
         if type(module).__name__ == "OptimizedModule":     # `model.output` of a torch.compile'd model
             return compiled_inner(module) or module
         return module

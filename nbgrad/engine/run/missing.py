@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from ...errors import OrderError, diagnose
+from .moduletree import compiled_inner
 from .sites import NoSourceError, Site, SiteError
 from .skips import SkipGate, skipped_around
 from .stopping import never_came_after_stop
@@ -28,8 +29,7 @@ def never_came(events, task, request) -> OrderError:
     """The error for a statement still waiting on a module's event when the run ends."""
     runtime = events.runtime
     use = events.uses[request.use]
-    module = task.module if task is not None and task.module is not None else events.resolve(request.module,
-                                                                                               request.use)
+    module = task.module if task is not None and task.module is not None else _resolved(events, request)
     if runtime.stopped_at is not None:
         return never_came_after_stop(use, diagnose.module_path(runtime.model, module) or use.target,
                                      runtime.stopped_at, runtime.rows is not None)
@@ -37,6 +37,18 @@ def never_came(events, task, request) -> OrderError:
         return OrderError(diagnose.site_not_reached(use, f"{module.table.label}.{module.name}"), use.line)
     late = events.late_hooks is not None and (id(module), use.kind) in events.late_hooks
     return never_ran(use, module, runtime.model, late)
+
+
+def _resolved(events, request):
+    """The module a request names (ForwardEvents._module without a task), or an error that says which step of its path
+    is not in the model."""
+    try:
+        module = request.module()
+    except PATH_ERRORS as error:
+        raise path_error(events, error, request.use)
+    if type(module).__name__ == "OptimizedModule":     # `model.output` of a torch.compile'd model
+        return compiled_inner(module) or module
+    return module
 
 
 def path_error(events, error: Exception, use_id) -> Exception:
