@@ -119,13 +119,21 @@ def basic_index(index: ast.expr) -> bool:
 
 
 def one_save(body: list, source: str) -> tuple | None:
-    """(name, root, steps, label, line) of a cell that is the one statement `NAME = ROOT.A[i].B.output.save()`, the
-    steps of its path attribute names and constant integer indices (`("A", i, "B")`): the cell a run answers from its
-    hook alone (Program.one_save, run/onesave.py); else None. The label and line are those the rewritten
-    `.save()` is given (rewrite.py)."""
-    if len(body) != 1 or not isinstance(body[0], ast.Assign) or len(body[0].targets) != 1:
+    """The cell of one-reads: every statement `NAME = ROOT.A[i].B.output.save()`, each NAME its own and no ROOT a NAME
+    of the cell, the steps of a path attribute names and constant integer indices (`("A", i, "B")`). A tuple of
+    (name, root, steps, label, line), one per statement: the cell a run answers from hooks alone (Program.one_save,
+    run/onesave.py); else None. The label and line are those the rewritten `.save()` is given (rewrite.py)."""
+    reads = tuple(_one_read(statement, source) for statement in body)
+    names = {read[0] for read in reads if read is not None}
+    if not reads or None in reads or len(names) != len(reads) or any(read[1] in names for read in reads):
         return None
-    target, call = body[0].targets[0], body[0].value
+    return reads
+
+
+def _one_read(statement: ast.stmt, source: str) -> tuple | None:
+    if not isinstance(statement, ast.Assign) or len(statement.targets) != 1:
+        return None
+    target, call = statement.targets[0], statement.value
     if not (isinstance(target, ast.Name) and is_save_call(call) and isinstance(call.func.value, ast.Attribute)
             and call.func.value.attr == "output"):
         return None

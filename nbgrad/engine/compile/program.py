@@ -138,8 +138,9 @@ class Program:
     # The cell only binds and saves what it reads, whole (keeping.keeps_only), and every module it reads is named
     # by a target that the run hooks before the model starts
     keeps_only: bool = False
-    # (name, root, steps, label, line) of a cell that is `NAME = PATH.output.save()` alone
-    # (keeping.one_save), a quiet one: a fast run answers it from its hook, with no statement run (run/onesave.py)
+    # (name, root, steps, label, line) of each statement of a cell of `NAME = PATH.output.save()` statements alone, use
+    # i read by statement i (keeping.one_save), a quiet one: a fast run answers it from hooks, no statement run
+    # (run/onesave.py)
     one_save: tuple | None = None
     # The uses of all forward targets when each is a plain path, else None: once statements wait on all of
     # them, their modules are hooked and hooking the targets has nothing left to do (the one-read cell)
@@ -171,8 +172,9 @@ class Program:
                        and not any(node.spec.in_with or node.spec.after for node in self.nodes))
         self.quiet = (self.direct and self.keeps_only and not self.has_gradients
                       and not any(use.write for use in self.uses))
-        if not (self.quiet and len(self.nodes) == 1 and self.nodes[0].loop is None and len(self.uses) == 1
-                and self.uses[0].kind == "output"):
+        if not (self.quiet and self.one_save and len(self.nodes) == len(self.uses) == len(self.one_save)
+                and all(node.loop is None and not node.spec.deps for node in self.nodes)
+                and all(use.kind == "output" and use.node == index for index, use in enumerate(self.uses))):
             self.one_save = None
         if all(target.uses for target in self.forward_targets):
             self.plain_target_uses = frozenset().union(*(target.uses for target in self.forward_targets))

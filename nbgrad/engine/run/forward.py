@@ -18,7 +18,7 @@ from .missing import HOOKABLE, PATH_ERRORS, note_type, path_error
 from .moduletree import compiled_inner
 from .scheduler import Scheduler
 from .rows import rows_of
-from .skips import RowsSkipped, SkipGate, checked_skip_value
+from .skips import PARTIAL, RowsSkipped, SkipGate, checked_skip_value
 from .stopping import StopRun, never_came_after_stop
 from .targets import target_elements
 from ...errors import OrderError, diagnose
@@ -72,9 +72,10 @@ class ForwardEvents:
         if key in values:
             if use.write and key != self.live:
                 raise self.runtime.too_late(task, use)
-            value = values[key]
-            if task.node.spec.invoke is not None:
-                value = rows_of(self.runtime.rows, module, value, use, task.node.spec.invoke)
+            value, invoke = values[key], task.node.spec.invoke
+            if invoke is not None:      # an invoke's rows (`rows_of`, its view written out where no skip is partial)
+                value = rows_of(self.runtime.rows, module, value, use, invoke) if PARTIAL else \
+                    self.runtime.rows.view(value, invoke)
             if type(value) is not Tensor:
                 note_type(self, request.use, use, value)
             if use.row_zero:

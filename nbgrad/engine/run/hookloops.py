@@ -10,6 +10,7 @@ its line. The loop ends, as the statement would, when its last block's edit is d
 from __future__ import annotations
 
 import types
+from functools import partial
 
 from ...errors import OrderError, diagnose
 from ..compile.program import Read
@@ -109,6 +110,7 @@ def start_loop(run, node) -> bool:
     state.size, state.next, state.result, state.values, state.early = len(blocks), 0, loop.result, [], {}
     request, index, cause = Read(None, loop.use, None), node.spec.index, run.cause
     parked, hooks = run.parked, run.hooks
+    on_event = forward._log_event if forward.quiet else forward._on_event   # `forward.hook`'s, a block being no model
     for position, block in enumerate(blocks):
         step = Task()
         step.node, step.index, step.gen, step.cause, step.module = node, index, None, cause, block
@@ -116,7 +118,7 @@ def start_loop(run, node) -> bool:
         step.loop, step.position, step.item = state, position, position if loop.by_index else block
         key = (id(block), "output")
         if key not in hooks:
-            forward.hook(block, "output")
+            hooks.forward_hook(key, block, partial(on_event, key))
         parked.setdefault(key, []).append((step, request))
     # What stands for the loop among the started tasks until its last block is done: no generator, and no reference
     # to the loop, so that nothing of a run makes a cycle once its parked blocks are let go

@@ -1,20 +1,22 @@
-"""The statement kind "the one-read cell": `NAME = PATH.output.save()` alone (Program.one_save), the most common cell
-there is, answered by its hook with no statement run (Runtime._forward, with the fast kinds).
+"""The statement kind "the cell of one-reads": `NAME = PATH.output.save()` statements alone (Program.one_save), the
+most common cell there is, answered by hooks with no statement run (Runtime._forward, with the fast kinds).
 
-Run as a statement, the cell would start the statement's generator, park it on the event, log the event in the
-forward, replay the log and resume the statement to save: some fifteen Python calls, run cold between two forward
-passes, for what a raw hook does in one. Here the run finds the module as the statement would, by `_modules`
-(elements.py) and never by running the path's code, hooks it, and once the model has run does what the resumed
-statement would have done: binds NAME to the value of the module's first call and saves it, or says that the event
-never came. The timeline gets the two rows the statement would have written (started before the model; woken by its
-one event), and a differential test holds the two kinds equal. A path not found that way (a class with ways of its
-own, a compiled module, the model itself, a name not bound) goes the general way, from the start: nothing has
-happened yet."""
+Run as statements, each would start its generator, park it on the event, log the event in the forward, replay the
+log and resume the statement to save: some fifteen Python calls each, run cold between two forward passes, for what
+a raw hook does in one. Here the run finds each module as its statement would, by `_modules` (elements.py) and never
+by running the path's code, hooks it (the model's own output is what its call returns, as forward.py answers it),
+and once the model has run does what the resumed statements would have done, in the order their events came: binds
+each NAME to the value of its module's first call and saves it, or says that the first event never came. Each
+statement gets the two rows it would have (started before the model; woken by its one event), and a differential
+test holds the two kinds equal. A path not found that way (a class with ways of its own, a compiled
+module, a name not bound, a model with a backward hook) goes the general way, from the start: nothing has happened
+yet."""
 from __future__ import annotations
 
 from functools import partial
 
 from torch import Tensor
+from torch.nn.modules import module as torch_module
 
 from ...errors import hints
 from .calls import note_called_again
@@ -23,39 +25,49 @@ from .missing import HOOKABLE, never_ran, note_type
 from .scheduler import AFTER_FORWARD, BEFORE_MODEL, FORWARD
 
 
-def forward_one(run, one: tuple, call_args: tuple, call_kwargs: dict) -> bool:
-    """Run the model for the cell `one` describes; False, having done nothing, where the general way must."""
-    module = walk(run.ns, one[1], one[2])
-    if (module is None or module is run.model or not isinstance(module, HOOKABLE)
-            or type(module).__name__ == "OptimizedModule"):
-        return False
-    key, forward = (id(module), "output"), run.forward
-    run.unstarted.clear()                           # the statement starts, and waits for its event
-    run.timeline.append((0, None, BEFORE_MODEL))
-    forward.requested.add(0)
-    kept: dict = {}                                 # the value of the module's first call, once it has run
-    run.hooks.forward_hook(key, module, partial(_kept, forward, kept, key))
+def forward_one(run, reads: tuple, call_args: tuple, call_kwargs: dict) -> bool:
+    """Run the model for the cell `reads` describes; False, having done nothing, where the general way must."""
+    model, ns, modules = run.model, run.ns, []
+    for read in reads:
+        module = walk(ns, read[1], read[2])
+        if (module is None or not isinstance(module, HOOKABLE) or type(module).__name__ == "OptimizedModule"
+                or module is model and (model._backward_hooks or model._backward_pre_hooks
+                                        or torch_module._global_backward_hooks
+                                        or torch_module._global_backward_pre_hooks)):
+            return False      # (a backward hook on the model wraps its output after the forward hooks have run)
+        modules.append(module)
+    forward, hooks, row = run.forward, run.hooks, run.timeline.append
+    run.unstarted.clear()                           # the statements start, and wait for their events
+    kept: dict = {}                                 # key -> the value of its module's first call, in the order of calls
+    readers: dict = {}                              # key -> the statements that read it
+    for index, module in enumerate(modules):
+        row((index, None, BEFORE_MODEL))
+        forward.requested.add(index)
+        key = (id(module), "output")
+        if key not in readers:
+            readers[key] = [index]
+            if module is not model:
+                hooks.forward_hook(key, module, partial(_kept, forward, kept, key))
+        else:
+            readers[key].append(index)
     forward.model_running, run.phase = True, FORWARD
     try:
         try:
-            run.model(*call_args, **call_kwargs)
+            output = model(*call_args, **call_kwargs)
         except Exception:
-            if kept:        # the statement had its value inside the hook: it is saved before the error goes on
-                _saved_one(run, one, kept[key])
+            _saved(run, reads, readers, kept)     # the statements had their values inside the hooks: saved first
             raise
     except RuntimeError as error:
         hints.note_float_ids(error, call_args, call_kwargs)
         raise
-    if kept:
-        _saved_one(run, one, kept[key])
-    forward.model_running, forward.done, run.phase = False, True, AFTER_FORWARD
-    if not kept:            # still waiting when the cell ends: the event never came
-        raise never_ran(run.forward.uses[0], module, run.model, late=False)
+    if (id(model), "output") in readers:            # the last event of the forward
+        kept[(id(model), "output")] = forward.values[(id(model), "output")] = output
+    _saved(run, reads, readers, kept, modules)
     return True
 
 
 def _kept(forward, kept: dict, key, module, args, value) -> None:
-    """The module's output hook: the first value for the read, the last for the sidebar's shape."""
+    """A module's output hook: the first value for the reads, the last for the sidebar's shape."""
     if key not in kept:
         kept[key] = value
     else:                   # the module called again: the hint about `M.calls[k]`, once (calls.py)
@@ -63,11 +75,22 @@ def _kept(forward, kept: dict, key, module, args, value) -> None:
     forward.values[key] = value
 
 
-def _saved_one(run, one: tuple, value) -> None:
-    """What the statement does with its value: saved, then bound (the rewritten `NAME = save(...)`)."""
-    run.timeline.append((0, 0, run.phase))
-    if type(value) is not Tensor:
-        note_type(run.forward, 0, run.forward.uses[0], value)
-    run.by_id[id(value)] = (one[3], value, one[4])
-    run.ns[one[0]] = value
-    run.finished.add(0)
+def _saved(run, reads: tuple, readers: dict, kept: dict, modules: list | None = None) -> None:
+    """What the statements do with their values, in the order the events came: saved, then bound (the rewritten
+    `NAME = save(...)`). With `modules`, the model has returned: the first statement whose event never came says so."""
+    forward, row, phase, by_id, ns = run.forward, run.timeline.append, run.phase, run.by_id, run.ns
+    for key, value in kept.items():
+        for index in readers[key]:
+            row((index, index, phase))
+            if type(value) is not Tensor:
+                note_type(forward, index, forward.uses[index], value)
+            read = reads[index]
+            by_id[id(value)] = (read[3], value, read[4])
+            ns[read[0]] = value
+            run.finished.add(index)
+    if modules is None:
+        return
+    forward.model_running, forward.done, run.phase = False, True, AFTER_FORWARD
+    if len(kept) < len(readers):                    # still waiting when the cell ends: the event never came
+        index = min(index for key, indices in readers.items() if key not in kept for index in indices)
+        raise never_ran(forward.uses[index], modules[index], run.model, late=False)
