@@ -101,7 +101,7 @@ docs-picture: install
 # (tests/conftest.py). `make test TEST_WORKERS=0` runs everything in one process.
 TEST_WORKERS ?= 2
 test: install $(VENV)/.docs-tools       # tests/browser/test_docs_site.py builds the site
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 tests
 
 bench: install
 	$(PY) bench/overhead.py
