@@ -23,16 +23,16 @@ from .engine.run.moduletree import compiled_inner
 from .engine.run.rows import InvokeRows
 from .engine.run.runtime import Runtime, active_runtime
 from .errors import GradError, NbgradError
-from .errors.options import checked_options
+from .errors.options import checked_options, options_of, unknown_option
 from .errors.naming import a_or_an, tensor_names
 from .models.batching import batch_invokes
 from .models.cell import call_options, default_namespace, invoke_inputs, model_to_trace
 from .models.inputs import call_arguments, input_ids_of
 from .models.loading import remember
 from .models.skeleton import on_skeleton
-from .models.wrongcall import input_noted
+from .models.wrongcall import note_input
 from .names import mentions_canonical, rewrite_of
-from .names.misspelt import root_misspelling_hinted
+from .names.misspelt import hint_root_misspelling, root_misspelling_hinted
 from .names.rewrite import eager_attention, in_cell_words, wrap_caches
 from .views.cache import CachePanel
 
@@ -47,17 +47,13 @@ dataset_runner: list = []
 _DEFAULTS = (8, None, "local", None, None, None, "fast")
 
 
-@checked_options("nbgrad.trace")
-@root_misspelling_hinted
 def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *, no_grad: bool = False,
           tokenizer=None, graph: bool = False, quiet: bool = True, over=None, batch_size: int = 8, out=None,
-          engine: str = "local", workers: int | None = None, column: str | None = None,
-          model_factory=None, progress: bool = True, runner: str = "fast", _aliased: bool = False) -> Result:
-    """Run `source` (the body of a `%%trace` cell) on `model` called with `input` (None for a cell of invokes); with
-    `over=DATASET`, once per example. `runner="general"` runs every statement as the general kind; the default,
-    "fast", takes the kinds the compiler picks (docs/architecture.md; their cost: bench/overhead.py)."""
-    if not isinstance(model, nn.Module) and hasattr(model, "nbgrad_trace"):    # a model elsewhere: every option to it
-        return model.nbgrad_trace(input, source, namespace, **call_options(locals()))
+          engine: str = "local", workers: int | None = None, column: str | None = None, model_factory=None,
+          progress: bool = True, runner: str = "fast", _aliased: bool = False, **_unknown) -> Result:
+    """Run `source` (a `%%trace` cell's body) on `model` called with `input`; with `over=DATASET`, once per example."""
+    if _unknown or not isinstance(model, nn.Module) and hasattr(model, "nbgrad_trace"):   # a model elsewhere
+        return _elsewhere(model, input, source, namespace, call_options(locals()))
     if TRACER in check_source(source, "nbgrad.trace"):    # pasted nnsight code: `tracer.cache(...)` (compile/pasted.py)
         source = rewritten(source, namespace)
     if not _aliased and mentions_canonical(source):      # canonical names (nbgrad/names): the model's own paths
@@ -85,8 +81,10 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
     else:
         model, args, kwargs, values, rows = _prepared(program, model, input, tokenizer, namespace)
         ids = input_ids_of(args, kwargs)
-    with input_noted(input, args, kwargs):      # the model's own error over a plain value of INPUT: a note
+    try:
         result = Runtime(program, namespace, model, no_grad, rows, fast=runner == "fast").run_trace(args, kwargs)
+    except (AttributeError, TypeError) as error:    # the model's own error over a plain INPUT; a misspelt root name
+        raise hint_root_misspelling(note_input(error, input, args, kwargs), model, source, namespace)
     result.input_ids, result.invokes = ids, values
     return result
 
@@ -98,9 +96,18 @@ def source(target):
     return listing(on_skeleton(target))
 
 
+def _elsewhere(model, input, source, namespace, options: dict):
+    """`trace` given a keyword it does not take (one message, before anything runs), or a model elsewhere: every
+    option to it."""
+    unknown = options.pop("_unknown")
+    if unknown:
+        raise unknown_option("nbgrad.trace", next(iter(unknown)), options_of(trace), options_of(trace, False))
+    return model.nbgrad_trace(input, source, namespace, **options)
+
+
 def _options(arguments: dict) -> dict:
     return {name: value for name, value in arguments.items()
-            if name not in ("model", "input", "source", "namespace", "_aliased")
+            if name not in ("model", "input", "source", "namespace", "_aliased", "_unknown")
             and (name != "runner" or value != "fast")}
 
 

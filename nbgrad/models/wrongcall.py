@@ -24,19 +24,20 @@ def input_noted(input, args: tuple, kwargs: dict):
         raise
 
 
-def note_input(error: BaseException, input, args: tuple, kwargs: dict) -> None:
+def note_input(error: BaseException, input, args: tuple, kwargs: dict) -> BaseException:
     """Note on `error` INPUT as nbgrad passed it, where the model itself raised it over a plain value of INPUT (the
-    value's type is in the message) and no line of the cell was running."""
+    value's type is in the message) and no line of the cell was running; returns `error`."""
     plain = [(f"argument {i}", value) for i, value in enumerate(args) if _plain(value)] + \
             [(f"{name}=", value) for name, value in kwargs.items() if _plain(value)]
     named = [(where, value) for where, value in plain if f"'{type(value).__name__}'" in str(error)
              or f" {type(value).__name__}" in str(error)]
     if not named or isinstance(error, NbgradError) or _in_the_cell(error.__traceback__):
-        return
+        return error
     how = "keyword arguments" if isinstance(input, dict) or not args else "positional arguments"
     given = "; ".join(f"{where} is {a_or_an(type(value).__name__)} `{reprlib.repr(value)}`" for where, value in named)
     error.add_note(f"nbgrad: INPUT {reprlib.repr(input)} went to the model as its {how}, as given: {given}, where the "
                    f"model takes a tensor. {INPUT_HELP}")
+    return error
 
 
 def _plain(value) -> bool:

@@ -31,13 +31,14 @@ def root_misspelling_hinted(function):
     return call
 
 
-def hint_root_misspelling(error: AttributeError, model, source, namespace) -> None:
-    if getattr(error, "_nbgrad_root_hinted", False) or not isinstance(model, nn.Module) or \
-            not isinstance(source, str) or family_of(model) is None:
-        return
+def hint_root_misspelling(error: BaseException, model, source, namespace) -> BaseException:
+    """An AttributeError over a name near a canonical root name says which was meant; returns `error`."""
+    if not isinstance(error, AttributeError) or getattr(error, "_nbgrad_root_hinted", False) or \
+            not isinstance(model, nn.Module) or not isinstance(source, str) or family_of(model) is None:
+        return error
     found = _misspelt_root(error, model, source, namespace)
     if found is None:
-        return
+        return error
     line, hint = found
     if isinstance(error, NbgradError):
         error.detail = f"{error.detail}. {hint}"
@@ -45,6 +46,7 @@ def hint_root_misspelling(error: AttributeError, model, source, namespace) -> No
     else:
         error.add_note(f"nbgrad: line {line}: {hint}")
     error._nbgrad_root_hinted = True
+    return error
 
 
 def _misspelt_root(error, model: nn.Module, source: str, namespace) -> tuple | None:
