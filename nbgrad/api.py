@@ -51,7 +51,7 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
           tokenizer=None, graph: bool = False, quiet: bool = True, over=None, batch_size: int = 8, out=None,
           engine: str = "local", workers: int | None = None, column: str | None = None, model_factory=None,
           progress: bool = True, runner: str = "fast", _aliased: bool = False, **_unknown) -> Result:
-    """Run `source` (a `%%trace` cell's body) on `model` called with `input`; with `over=DATASET`, once per example."""
+    """Run `source` (the body of a `%%trace` cell) on `model` called with `input`; per example with `over=`."""
     if _unknown or not isinstance(model, nn.Module) and hasattr(model, "nbgrad_trace"):   # a model elsewhere
         return _elsewhere(model, input, source, namespace, call_options(locals()))
     if TRACER in check_source(source, "nbgrad.trace"):    # pasted nnsight code: `tracer.cache(...)` (compile/pasted.py)
