@@ -1,7 +1,9 @@
 """The Ray cluster that `--engine ray` and a remote model use: the one `ray.init(...)` connected the notebook to (a `ray://`
 client included), or a local one started here. A start is tried a bounded number of times, and a failure
 says what failed each time: on a busy machine a node's start can fail ("The current node timed out during
-startup": its raylet waits 15 s for its agent, whose imports alone can take that long), and the next one work."""
+startup": its raylet waits 15 s for its agent, whose imports alone can take that long), and the next one work.
+A start counts once the cluster answers a first request: a `ray://` client's session can be cleaned up on the
+server while its first stream opens ("Attempted to reconnect a session that has already been cleaned up")."""
 from __future__ import annotations
 
 import time
@@ -9,6 +11,7 @@ import time
 from ..errors import NbgradError
 
 START_ATTEMPTS = 3
+ANSWER_S = 120
 
 
 def connected(**init_options) -> None:
@@ -27,6 +30,7 @@ def start_cluster(attempts: int = START_ATTEMPTS, pause_s: float = 2.0, **init_o
         before = _children()
         try:
             ray.init(**init_options)
+            ray.get(ray.put(None), timeout=ANSWER_S)    # it answers: a `ray://` client's data channel can die as it opens
             return
         except Exception as error:          # Ray raises several kinds (ConnectionError, RuntimeError, TimeoutError)
             failures.append(f"attempt {attempt + 1}: {type(error).__name__}: {error}")
