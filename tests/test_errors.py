@@ -188,3 +188,14 @@ def test_cache_or_stop_used_as_a_value_says_it_is_a_call(model, ids, cell, name)
         nbgrad.trace(model, ids, cell, {"model": model})
     assert f"nbgrad: `{name}` is a call a %%trace body makes where it is needed" in "\n".join(caught.value.__notes__)
     assert_clean(model, before)
+
+
+def test_nbgrad_error_shows_its_notes_in_ipython(shell, model, ids):
+    """A note added to one of nbgrad's errors (by the user's code, or a library on the way out) is shown: IPython
+    renders nbgrad's errors with `_render_traceback_`, which drops what it does not list."""
+    shell.user_ns.update(err_model=model, ids=ids)
+    result = shell.run_cell("try:\n    nbgrad.trace(err_model, ids, 'x = model.transformer.h[7].output')\n"
+                            "except nbgrad.ModulePathError as error:\n    error.add_note('while sweeping layer 7')\n"
+                            "    raise\n")
+    lines = result.error_in_exec._render_traceback_()
+    assert "indices 0–3" in lines[0] and lines[1] == "while sweeping layer 7" and "caused by IndexError" in lines[2]

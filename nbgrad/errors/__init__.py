@@ -25,8 +25,8 @@ class NbgradError(Exception):
         super().__init__(f"line {line}: {message}" if line else message)
 
     def _render_traceback_(self):
-        """IPython shows this instead of a traceback of nbgrad's internals: one message and its cause."""
-        lines = [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}"]
+        """IPython shows this instead of a traceback of nbgrad's internals: one message, its notes and its cause."""
+        lines = [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}", *getattr(self, "__notes__", ())]
         if self.__cause__ is not None:
             lines.append(f"  caused by {type(self.__cause__).__name__}: {self.__cause__}")
         return lines
