@@ -30,6 +30,7 @@ from ..errors import NbgradError
 
 SLOW_START_ENV = {"RAY_agent_register_timeout_ms": "600000", "RAY_worker_register_timeout_seconds": "600"}
 STARTED = "Ray runtime started"
+END_GRACE_S = 5     # `ray start --block` ends its children one by one, and its GCS and idle workers take 30 s to go
 
 
 def free_port() -> int:
@@ -134,14 +135,14 @@ def _said(lines: list, folder: str) -> str:
 
 def _end_session(process: subprocess.Popen) -> None:
     """SIGTERM to the head's process group (`ray start --block` ends what it started), then SIGKILL to each
-    process of its session still there after a while."""
+    process of its session still there after END_GRACE_S: nothing of the head outlives it (its folder goes next)."""
     import psutil
     members = _session_members(process.pid)
     try:
         os.killpg(process.pid, signal.SIGTERM)
     except ProcessLookupError:
         pass
-    _, alive = psutil.wait_procs(members, timeout=60)
+    _, alive = psutil.wait_procs(members, timeout=END_GRACE_S)
     for member in alive + _session_members(process.pid):
         try:
             member.kill()
