@@ -10,7 +10,8 @@ from torch import nn
 from ..engine.compile.sourcetext import check_source
 from ..engine.results.cache import Cache
 from ..engine.checks import trace_arguments
-from ..errors import CELL_FILENAME_PREFIX, ArgumentError, NbgradError
+from ..errors import CELL_FILENAME_PREFIX, NbgradError
+from ..errors.options import unknown_option
 from ..models.cell import default_namespace
 from ..models.loading import tokenizer_for
 from ..names.cache import CanonicalCache
@@ -153,8 +154,7 @@ def _check_options(options: dict, generate: bool) -> None:
              if p.kind is p.KEYWORD_ONLY and not name.startswith("_")] + ["max_new_tokens"] * generate
     for option in options:
         if option not in known:
-            raise ArgumentError(f"nbgrad.scan: unknown option {option}=; it takes those of "
-                                f"nbgrad.{run.__name__}: {', '.join(known)}")
+            raise unknown_option(f"nbgrad.scan (the options of nbgrad.{run.__name__})", option, known)
     if generate:
         return
     for option, default in (("out", None), ("engine", "local"), ("workers", None), ("model_factory", None)):
