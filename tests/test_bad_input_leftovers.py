@@ -189,9 +189,16 @@ LOOP = "for i in range({}):\n    model.transformer.h[i].output[:] *= 2"
 def test_an_edit_whose_literal_range_runs_past_the_last_layer_is_refused_when_installed(written, bad):
     error = refused(tiny_gpt2(n_layer=2), lambda m, ns: nbgrad.edit(m, LOOP.format(written), ns, label="double"),
                     nbgrad.ModulePathError,
-                    f"line 2: model.transformer.h[i] is not in the model for i = {bad}: the loop of line 1 runs over "
-                    f"range({written}), and model.transformer.h has 2 layers, indices 0–1")
+                    f"line 2: model.transformer.h[i].output is not in the model for i = {bad}: the loop of line 1 runs "
+                    f"over range({written}), and model.transformer.h has 2 layers, indices 0–1")
     assert isinstance(error, AttributeError)
+
+
+def test_an_edit_of_canonical_names_past_the_last_layer_is_said_in_the_cell_s_words():
+    body = "for i in range(3):\n    model.layers[i].resid_post[:] *= 2\n    model.layers[i].mlp.output[:] *= 2"
+    refused(tiny_gpt2(n_layer=2), lambda m, ns: nbgrad.edit(m, body, ns), nbgrad.ModulePathError,
+            "line 2: model.layers[i].resid_post is not in the model for i = 2: the loop of line 1 runs over range(3), "
+            "and model.transformer.h has 2 layers, indices 0–1 (model.transformer.h[i].output in the model's own paths)")
 
 
 def test_the_magic_refuses_it_too(shell):
@@ -199,7 +206,7 @@ def test_the_magic_refuses_it_too(shell):
     shell.user_ns["model"] = model
     names, before = set(shell.user_ns), model_state(model)
     try:
-        with pytest.raises(nbgrad.ModulePathError, match=r"line 2: model.transformer.h\[i\] is not in the model for "
+        with pytest.raises(nbgrad.ModulePathError, match=r"line 2: model.transformer.h\[i\].output is not in the model for "
                                                          r"i = 2: the loop of line 1 runs over range\(5\)"):
             shell.run_cell_magic("edit", "model", LOOP.format(5))
         assert set(shell.user_ns) == names

@@ -19,7 +19,18 @@ def check_loop_ranges(source: str, namespace: dict) -> None:
         for node in ast.walk(loop):
             if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Name) and \
                     node.slice.id == loop.target.id:
-                _check(node, _module_list(node.value, namespace), indices, loop)
+                _check(node, _module_list(node.value, namespace), indices, loop, _event_of(node, loop))
+
+
+def _event_of(node: ast.Subscript, loop: ast.For) -> str:
+    """The whole path the cell reads through `node` (`model.transformer.h[i].mlp.output`): a canonical name is then
+    said as the cell wrote it (names/rewrite.py's in_cell_words replaces whole paths)."""
+    def base(attribute):
+        while isinstance(attribute, ast.Attribute):
+            attribute = attribute.value
+        return attribute
+    chains = [ast.unparse(a) for a in ast.walk(loop) if isinstance(a, ast.Attribute) and base(a) is node]
+    return max(chains, key=len, default=ast.unparse(node))
 
 
 def _literal_range(loop: ast.For) -> range | None:
@@ -46,12 +57,12 @@ def _module_list(node: ast.expr, namespace: dict):
     return value if isinstance(value, (nn.ModuleList, nn.Sequential)) else None
 
 
-def _check(node: ast.Subscript, modules, indices: range, loop: ast.For) -> None:
+def _check(node: ast.Subscript, modules, indices: range, loop: ast.For, event: str) -> None:
     if modules is None:
         return
     count, target = len(modules), ast.unparse(node.value)
     bad = next((i for i in indices if not -count <= i < count), None)
     if bad is not None:
-        raise ModulePathError(f"{target}[{loop.target.id}] is not in the model for {loop.target.id} = {bad}: the loop "
+        raise ModulePathError(f"{event} is not in the model for {loop.target.id} = {bad}: the loop "
                               f"of line {loop.lineno} runs over {ast.unparse(loop.iter)}, and {target} has {count} "
                               f"layers, indices 0–{count - 1}", node.lineno)
