@@ -15,6 +15,24 @@ EDIT = "model.transformer.h[0].output[:] *= 0.5"
 NEXT = "kept = model.transformer.h[1].output.save()"
 
 
+def refused_by_magic(shell, magic, line, body, error, match):
+    """`%%magic line` over `body` in the notebook's shell raises `error` (matching `match`); the notebook gains no
+    name, the model keeps nothing, and the next `%%trace` cell works."""
+    model = tiny_gpt2(n_layer=2)
+    shell.user_ns["model"] = model
+    names, before = set(shell.user_ns), model_state(model)
+    try:
+        with pytest.raises(error, match=match) as caught:
+            shell.run_cell_magic(magic, line, body)
+        assert set(shell.user_ns) == names
+        assert_clean(model, before)
+        shell.run_cell_magic("trace", "model torch.tensor([[1, 2, 3]]) -q", NEXT)
+        assert shell.user_ns.pop("kept").shape == (1, 3, 32)
+    finally:
+        shell.user_ns.pop("model")
+    return caught.value
+
+
 def next_cell_works(model, namespace):
     assert nbgrad.trace(model, IDS, NEXT, namespace).saved["kept"].shape == (1, 3, 32)
     namespace.pop("kept")
@@ -92,20 +110,10 @@ def test_an_input_the_model_refuses_keeps_its_error_with_a_note_of_how_it_was_pa
 
 
 def test_the_magic_gives_the_same_note(shell):
-    model = tiny_gpt2(n_layer=2)
-    shell.user_ns["model"] = model
-    names, before = set(shell.user_ns), model_state(model)
-    try:
-        with pytest.raises(AttributeError, match="'int' object has no attribute") as caught:
-            shell.run_cell_magic("trace", "model {'input_ids': 5}", SAVE)
-        assert caught.value.__notes__[0].startswith("nbgrad: INPUT {'input_ids': 5} went to the model as its "
-                                                    "keyword arguments, as given: input_ids= is an int `5`")
-        assert set(shell.user_ns) == names
-        assert_clean(model, before)
-        shell.run_cell_magic("trace", "model torch.tensor([[1, 2, 3]]) -q", NEXT)
-        assert shell.user_ns.pop("kept").shape == (1, 3, 32)
-    finally:
-        shell.user_ns.pop("model")
+    error = refused_by_magic(shell, "trace", "model {'input_ids': 5}", SAVE, AttributeError,
+                             "'int' object has no attribute")
+    assert error.__notes__[0].startswith("nbgrad: INPUT {'input_ids': 5} went to the model as its keyword arguments, "
+                                         "as given: input_ids= is an int `5`")
 
 
 def test_an_error_of_the_cells_own_line_gets_no_input_note():
@@ -202,19 +210,9 @@ def test_an_edit_of_canonical_names_past_the_last_layer_is_said_in_the_cell_s_wo
 
 
 def test_the_magic_refuses_it_too(shell):
-    model = tiny_gpt2(n_layer=2)
-    shell.user_ns["model"] = model
-    names, before = set(shell.user_ns), model_state(model)
-    try:
-        with pytest.raises(nbgrad.ModulePathError, match=r"line 2: model.transformer.h\[i\].output is not in the model for "
-                                                         r"i = 2: the loop of line 1 runs over range\(5\)"):
-            shell.run_cell_magic("edit", "model", LOOP.format(5))
-        assert set(shell.user_ns) == names
-        assert_clean(model, before)
-        shell.run_cell_magic("trace", "model torch.tensor([[1, 2, 3]]) -q", NEXT)
-        assert shell.user_ns.pop("kept").shape == (1, 3, 32)
-    finally:
-        shell.user_ns.pop("model")
+    refused_by_magic(shell, "edit", "model", LOOP.format(5), nbgrad.ModulePathError,
+                     r"line 2: model.transformer.h\[i\].output is not in the model for i = 2: the loop of line 1 runs over "
+                     r"range\(5\)")
 
 
 def test_a_range_within_the_layers_installs_and_edits_as_plain_hooks_do():
