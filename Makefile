@@ -119,7 +119,8 @@ bench: install
 
 # The fuzz test with many random cells, and an interrupt at every line nbgrad runs (minutes).
 fuzz: install
-	NBGRAD_FUZZ_EXAMPLES=2000 NBGRAD_INTERRUPT_FULL=1 $(PY) -m pytest -q tests/test_fuzz_cells.py tests/test_interrupts.py
+	NBGRAD_FUZZ_EXAMPLES=2000 NBGRAD_INTERRUPT_FULL=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --durations=10 \
+		tests/test_fuzz_cells.py tests/test_interrupts.py
 
 clean:
 	rm -rf $(VENV) node_modules labextension/lib nbgrad/labextension build dist *.egg-info site docs/_generated jupyter_execute

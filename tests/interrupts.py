@@ -70,16 +70,26 @@ SETUP_AND_CLEANUP = {"__init__", "_run", "_cleanup", "_write_back", "run_trace",
                      "remove", "give_back_forward"}
 
 
-def points(lines: list, full: bool, stride: int) -> list:
-    """Which k to try: all of them when `full`; else the first time each line of a set-up or clean-up
-    function runs, and every `stride`-th other event. `lines` holds (file, function, line) of each line
-    event of a clean run."""
-    if full:
+# NBGRAD_INTERRUPT_FULL: unset, the bounded sweep of `make test`; "1" (`make fuzz`), every line: each line of nbgrad's
+# code and the cell's that a clean run reaches, compile included, tried the first and the last time it runs, and every
+# line event of a set-up or clean-up function; "events", every line event (hours: the invoke loop alone has 28,000).
+FULL_MODE = {"1": "lines", "events": "events"}.get(os.environ.get("NBGRAD_INTERRUPT_FULL", ""), "")
+
+
+def points(lines: list, full, stride: int) -> list:
+    """Which k to try, by mode (FULL_MODE; `full` True means "events"): "events", all of them; "lines", every
+    line's first and last event and every event of a set-up or clean-up function; else the first time each line of
+    a set-up or clean-up function runs, and every `stride`-th other event. `lines` holds (file, function, line) of
+    each line event of a clean run."""
+    mode = full if isinstance(full, str) else "events" if full else ""
+    if mode == "events":
         return list(range(1, len(lines) + 1))
-    chosen, seen = [], set()
+    chosen, first, last = [], set(), {}
     for k, (filename, function, line) in enumerate(lines, start=1):
-        first = (filename, line) not in seen
-        seen.add((filename, line))
-        if (function in SETUP_AND_CLEANUP and first) or k % stride == 1:
+        last[(filename, line)] = k
+        new = (filename, line) not in first
+        first.add((filename, line))
+        if (function in SETUP_AND_CLEANUP and (new or mode == "lines")) or (new and mode == "lines") or \
+                (not mode and k % stride == 1):
             chosen.append(k)
-    return chosen
+    return sorted(set(chosen) | (set(last.values()) if mode == "lines" else set()))

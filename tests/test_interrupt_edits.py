@@ -5,8 +5,7 @@ same edit made with plain hooks, and `remove()` gives the model back exactly. Af
 namespace, no runtime active, grad mode on, and the next call of the model equals plain PyTorch.
 
 The same points as tests/test_interrupts.py: every line of set-up and clean-up functions (its first run) and every
-`STRIDE`-th other line event; `NBGRAD_INTERRUPT_FULL=1` tries every one."""
-import os
+`STRIDE`-th other line event; `NBGRAD_INTERRUPT_FULL=1` tries every line (tests/interrupts.py's FULL_MODE)."""
 
 import pytest
 import torch
@@ -14,9 +13,9 @@ import torch
 import nbgrad
 from nbgrad.engine.run.runtime import active_runtime
 from helpers import hook_count, tiny_gpt2
-from interrupts import Injector, points
+from interrupts import FULL_MODE, Injector, points
 
-FULL = os.environ.get("NBGRAD_INTERRUPT_FULL") == "1"
+FULL = FULL_MODE != ""
 STRIDE = 40
 SCAN_STRIDE = 97
 IDS = torch.tensor([[5, 9, 2, 7]])
@@ -120,7 +119,7 @@ def sweep_edit(install, name) -> list:
     run([])                                             # compile once, warm the caches
     with Injector(record=True) as counter:
         run([])
-    failures, planned, k, interrupted = [], points(counter.lines, FULL, STRIDE), 0, True
+    failures, planned, k, interrupted = [], points(counter.lines, FULL_MODE, STRIDE), 0, True
     while interrupted and k <= 2 * counter.count:
         k = planned.pop(0) if planned else k + 1
         got, injector, found = [], Injector(k), []

@@ -5,10 +5,10 @@ cell made; flags and grad mode as before; no `__nbgrad__` in the namespace; no r
 the next cell's values equal plain PyTorch.
 
 `make test` tries each line of nbgrad's set-up and clean-up functions (its first run in the cell) and
-every `STRIDE`-th other line event, with the cell compiled once; `NBGRAD_INTERRUPT_FULL=1` tries every k, compile included (minutes per case).
+every `STRIDE`-th other line event, with the cell compiled once; `NBGRAD_INTERRUPT_FULL=1` (`make fuzz`) tries every line, compile included: each
+line's first and last event and every event of set-up and clean-up; `NBGRAD_INTERRUPT_FULL=events` every k (hours).
 """
 import functools
-import os
 
 import pytest
 import torch
@@ -18,9 +18,9 @@ from nbgrad.engine.compile import compiler
 from nbgrad.engine.run import runtime
 from nbgrad.engine.run.runtime import active_runtime
 from helpers import hook_count, tensor_hook_count, tiny_gpt2
-from interrupts import Injector, points
+from interrupts import FULL_MODE, Injector, points
 
-FULL = os.environ.get("NBGRAD_INTERRUPT_FULL") == "1"
+FULL = FULL_MODE != ""
 STRIDE = 40
 
 CELLS = {
@@ -199,7 +199,7 @@ def sweep(make_runner, cell) -> list:
     with Injector(record=True) as counter:              # the line events of a clean run
         run(cell)
     flags = [p.requires_grad for p in model.parameters()]
-    failures, planned = [], points(counter.lines, FULL, STRIDE)
+    failures, planned = [], points(counter.lines, FULL_MODE, STRIDE)
     k, interrupted = 0, True
     while interrupted and k <= 2 * counter.count:       # the planned k, then on until a run completes
         k = planned.pop(0) if planned else k + 1
