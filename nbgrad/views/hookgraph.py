@@ -132,10 +132,21 @@ def _name_arrow(arrow: dict, node_y: dict, box: int) -> str:
             f'stroke-width="1.5" marker-end="url(#name-arrow)"/>{tag}</g>')
 
 
+LEGEND_ARROWS = ("arrows: event → the statement that waits for it · green: a name one statement binds and another "
+                 "reads")
+LEGEND_STEPS = "#n: the run's nth step · \"ran #1, #4\": the statement ran at steps 1 and 4"
+
+
+def legend_right(graph: dict) -> int:
+    """Where the legend's longest line ends (11 px monospace, 7 px a character): the picture is at least this wide,
+    so no line of it is cut at the picture's edge."""
+    steps = EVENT_X + sum(30 + 7 * len(phase) for phase in dict.fromkeys(run["phase"] for run in graph.get("runs", [])))
+    return max(EVENT_X + 7 * len(LEGEND_ARROWS), steps + 7 * len(LEGEND_STEPS) if graph.get("runs") else 0) + 12
+
+
 def _legend(graph: dict) -> str:
     """What the arrows and colours mean; after a run, one swatch per phase the run went through."""
-    parts = [_text(EVENT_X, 36, "arrows: event → the statement that waits for it · green: a name one statement "
-                   "binds and another reads", 11, "#4a5568")]
+    parts = [_text(EVENT_X, 36, LEGEND_ARROWS, 11, "#4a5568")]
     if not graph.get("runs"):
         parts.append(_text(EVENT_X, 54, "dashed box: a backward pass, around the statements that run inside it",
                            11, "#4a5568"))
@@ -145,8 +156,7 @@ def _legend(graph: dict) -> str:
                      f'height="12" rx="3" fill="{phase_colour(phase)}"/>' + _text(x + 16, 54, phase, 11) + "</g>")
         x += 30 + 7 * len(phase)
     if graph.get("runs"):
-        parts.append(_text(x, 54, "#n: the run's nth step · \"ran #1, #4\": the statement ran at steps 1 and 4",
-                           11, "#4a5568"))
+        parts.append(_text(x, 54, LEGEND_STEPS, 11, "#4a5568"))
     return "".join(parts)
 
 
@@ -169,8 +179,9 @@ def hook_graph_svg(graph: dict, title: str = "") -> str:
                     _legend(graph), *groups,
                     *_event_arrows(graph, where["event_y"], node_y, box), *_event_boxes(where["event_y"]),
                     *statements, *(_name_arrow(arrow, node_y, box) for arrow in where["arrows"])])
-    # as wide as the title (13 px bold monospace, about 8 px a character): a long magic line is never cut off
-    width, height = max(where["width"], EVENT_X + 8 * len(title or "hook graph") + 12), where["height"]
+    # as wide as the title (13 px bold monospace, about 8 px a character) and the legend: neither is ever cut off
+    width = max(where["width"], EVENT_X + 8 * len(title or "hook graph") + 12, legend_right(graph))
+    height = where["height"]
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}" style="background:#fff">{body}</svg>')
 

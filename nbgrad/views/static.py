@@ -14,6 +14,7 @@ STATS = ("min", "max", "mean", "std", "norm")
 ROW_PX, MAX_ROW_PX = 8, 24         # a heatmap row in the picture: never a strip one pixel high
 WIDTH_PX, HEIGHT_PX = 480, 240     # what a heatmap aims to fill
 esc = html.escape
+AXES = "value → · bar height: count"     # a histogram's axes, under it
 
 
 def in_tabs(data: dict) -> list:
@@ -54,7 +55,8 @@ def static_html(data: dict) -> str:
                          f'<small>{esc(tab.get("about", ""))}</small></div>')
         parts.extend(_item_html(item) for item in items)
     if str(data.get("graph", "")).startswith("data:image/svg+xml;base64,"):
-        parts.append(f'<div><b>hook graph</b><br/><img alt="hook graph" src="{esc(data["graph"])}"/></div>')
+        parts.append(f'<div style="overflow-x:auto"><b>hook graph</b><br/>'     # scrolls in a narrow output
+                     f'<img alt="hook graph" src="{esc(data["graph"])}"/></div>')
     parts.append("</div>")
     return "".join(parts)
 
@@ -98,7 +100,8 @@ def _heatmap_html(hm: dict, name: str) -> str:
     height = max(ROW_PX, min(MAX_ROW_PX, HEIGHT_PX // max(rows, 1)), width)
     bar = _img(colour_bar_png(hm["signed"]), "colour bar", "vertical-align:middle")
     zero = " (diverging, 0 = white)" if hm["signed"] else ""
-    notes = "".join(f"<div><small>{esc(note)}</small></div>" for note in hm.get("notes", []))
+    notes = "".join(f"<div><small>{esc(note)}</small></div>" for note in [hm.get("axes", ""), *hm.get("notes", [])]
+                    if note)
     return (_img(heatmap_png(levels, hm["signed"], width, height), f"heatmap of {name}") +
             f'<div class="nbgrad-colour-bar"><small>{first["lo"]:.4g} {bar} {first["hi"]:.4g}{zero}</small></div>'
             + notes)
@@ -109,7 +112,8 @@ def _histogram_html(hist: dict, name: str) -> str:
     return ('<div style="display:inline-block;vertical-align:top">'
             + _img(histogram_png(hist["counts"]), f"histogram of {name}") +
             f'<div style="display:flex;justify-content:space-between;width:240px"><small>{hist["lo"]:.4g}</small>'
-            f'<small style="color:#666">{esc(what)}</small><small>{hist["hi"]:.4g}</small></div></div>')
+            f'<small style="color:#666">{esc(what)}</small><small>{hist["hi"]:.4g}</small></div>'
+            f'<div style="text-align:center;width:240px"><small style="color:#666">{AXES}</small></div></div>')
 
 
 def topk_table(topk: dict, first: str = "position", css_class: str = "nbgrad-topk") -> str:
