@@ -1,0 +1,58 @@
+"""What a newcomer reads on a panel is whole and labelled: every line of the hook graph's picture (its legend
+included) ends inside the picture, a heatmap says what its rows and columns are, a histogram what its axes are."""
+import xml.etree.ElementTree as ET
+
+import pytest
+import torch
+
+import nbgrad
+from nbgrad.views.hookgraph import hook_graph_svg
+from svgdata import SVG
+
+# the cell of docs/images/panel.png: a run through three phases, whose legend is the picture's longest line
+CELL = ("hs = model.transformer.h[1].output.save()\n"
+        "with model.output.logits[0, -1].max().backward():\n"
+        "    g = hs.grad.save()")
+CHAR_PX = {"11": 7, "12": 7.3, "13": 8}       # monospace: the width of a character at each size the picture uses
+
+
+def _overruns(svg: str) -> list:
+    """(text, its right end) for each line of text that ends past the picture's right edge."""
+    root = ET.fromstring(svg)
+    width = float(root.get("width"))
+    ends = [(t.text, float(t.get("x")) + CHAR_PX[t.get("font-size")] * len(t.text or ""))
+            for t in root.iter(f"{SVG}text") if t.get("textLength") is None]
+    return [(text, end) for text, end in ends if end > width]
+
+
+@pytest.mark.parametrize("ran", [True, False])
+def test_no_line_of_the_hook_graph_runs_past_its_edge(default_model, ran):
+    graph = nbgrad.trace(default_model, "The Eiffel Tower is in the city of", CELL).graph.to_dict()
+    svg = hook_graph_svg(graph if ran else {**graph, "runs": []}, '%%trace model "The Eiffel Tower is in the city of"')
+    legend = [t.text for t in ET.fromstring(svg).iter(f"{SVG}text") if t.text.startswith("#n: the run's nth step")]
+    assert len(legend) == int(ran)
+    assert _overruns(svg) == []
+    if ran:      # the legend after three phases is wider than the statements' columns: the picture grows for it
+        assert float(ET.fromstring(svg).get("width")) > 900
+
+
+def test_a_heatmap_names_its_rows_and_columns_in_both_renderings(default_model):
+    tokenizer = nbgrad.tokenizer_for(default_model)
+    result = nbgrad.trace(default_model, "The cat sat on the", "hs = model.transformer.h[0].output.save()")
+    panel = nbgrad.views.panel_for_result(result, tokenizer)
+    [item] = [item for item in panel.payload["items"] if item["name"] == "hs"]
+    assert tuple(result.saved["hs"].shape) == (1, 5, 128)
+    assert item["heatmap"]["axes"] == "rows ↓ axis 1: tokens 0–4 · columns → axis 2: 0–127"
+    html = panel.static_html()
+    assert "rows ↓ axis 1: tokens 0–4 · columns → axis 2: 0–127" in html
+    assert "value → · bar height: count" in html           # under the histogram
+
+
+@pytest.mark.parametrize("shape, axes", [((5,), "one row · columns → axis 0: 0–4"),
+                                         ((3, 1), "rows ↓ axis 0: 0–2 · columns → axis 1: 0"),
+                                         ((2, 4, 6), "rows ↓ axis 1: 0–3 · columns → axis 2: 0–5")])
+def test_a_tensor_without_tokens_names_its_axes_by_number(shape, axes):
+    shown = nbgrad.show(torch.randn(shape), "x")
+    [item] = shown.payload["items"]
+    assert item["heatmap"]["axes"] == axes
+    assert axes in shown.static_html()
