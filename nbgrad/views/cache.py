@@ -9,12 +9,12 @@ import html
 
 import numpy as np
 
-from .palette import DIVERGING, SEQUENTIAL, diverging_rgb
+from .palette import DIVERGING, SEQUENTIAL, TEXT, TEXT2, diverging_rgb
 from .tokens import visible
 
 MAX_CELLS = 8192       # cells in the HTML (about 70 bytes each): a panel stays well under Jupyter's 1 MB/s
 ROW_HEAD = "text-align:right;font-weight:normal;font-family:monospace;font-size:10px;padding-right:4px"
-RANGE_STYLE = "text-align:left;font-weight:normal;font-family:monospace;font-size:10px;padding-left:6px;color:#555"
+RANGE_STYLE = "text-align:left;font-weight:normal;font-family:monospace;font-size:10px;padding-left:6px;color:" + TEXT2
 
 
 class CachePanel:
@@ -52,7 +52,7 @@ class CachePanel:
         if any(row["signed"] for row in self.rows):
             bars.append(_bar(DIVERGING, "−max |value|", "+max |value|",
                              "gradient × activation rows: blue = negative, white = 0, red = positive"))
-        return (f'<div class="nbgrad-colour-bar" style="font-size:11px;color:#444;margin-top:4px">'
+        return (f'<div class="nbgrad-colour-bar" style="font-size:11px;color:{TEXT};margin-top:4px">'
                 f"{' &nbsp; '.join(bars)} · hover a cell for its value</div>")
 
     def _header(self) -> str:
