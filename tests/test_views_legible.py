@@ -1,5 +1,6 @@
 """What a newcomer reads on a panel is whole and labelled: every line of the hook graph's picture (its legend
 included) ends inside the picture, a heatmap says what its rows and columns are, a histogram what its axes are."""
+import re
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -56,3 +57,23 @@ def test_a_tensor_without_tokens_names_its_axes_by_number(shape, axes):
     [item] = shown.payload["items"]
     assert item["heatmap"]["axes"] == axes
     assert axes in shown.static_html()
+
+
+def _contrast(a, b) -> float:
+    def lum(rgb):
+        return sum(w * (c / 255 / 12.92 if c / 255 <= 0.03928 else ((c / 255 + 0.055) / 1.055) ** 2.4)
+                   for w, c in zip((0.2126, 0.7152, 0.0722), rgb))
+    high, low = sorted((lum(a), lum(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def test_text_on_a_data_coloured_cell_stands_out_from_every_colour_of_both_maps():
+    from nbgrad.views.palette import DIVERGING, SEQUENTIAL, ink
+    inks = {"#000": (0, 0, 0), "#fff": (255, 255, 255)}
+    for colour in [tuple(int(c) for c in rgb) for rgb in (*DIVERGING, *SEQUENTIAL)]:
+        chosen = ink(colour)
+        assert _contrast(inks[chosen], colour) >= 4.5, (colour, chosen)
+        assert _contrast(inks[chosen], colour) >= max(_contrast(rgb, colour) for rgb in inks.values()) - 1e-9
+    tokens = nbgrad.views.token_heatmap(["near", "end"], [0.01, -1.0])._repr_html_()
+    inked = dict((text, colour) for colour, text in re.findall(r'color:(#[0-9a-f]{3});[^>]*>([^<]*)</span>', tokens))
+    assert inked == {"near": "#000", "end": "#fff"}        # near-white cell: black text; the saturated end: white

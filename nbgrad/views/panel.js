@@ -24,7 +24,7 @@ function decode(b64) {
 function summaryLine(item) {
   const s = item.summary;
   const box = el("div", "nbg-summary");
-  const grad = s.grad_fn ? `grad_fn=${s.grad_fn}` : `requires_grad=${s.requires_grad}`;
+  const grad = s.grad_fn ? `grad_fn=${s.grad_fn}` : `requires_grad=${s.requires_grad ? "True" : "False"}`;  // Python's
   box.appendChild(el("span", null, `[${s.shape.join(", ")}] ${s.dtype} ${s.device} ${grad}`));
   const table = el("table", "nbg-stats");
   const row = el("tr");
