@@ -5,6 +5,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 import torch
+from matplotlib.figure import Figure
 
 import nbgrad
 from nbgrad.views.hookgraph import hook_graph_svg
@@ -77,3 +78,26 @@ def test_text_on_a_data_coloured_cell_stands_out_from_every_colour_of_both_maps(
     tokens = nbgrad.views.token_heatmap(["near", "end"], [0.01, -1.0])._repr_html_()
     inked = dict((text, colour) for colour, text in re.findall(r'color:(#[0-9a-f]{3});[^>]*>([^<]*)</span>', tokens))
     assert inked == {"near": "#000", "end": "#fff"}        # near-white cell: black text; the saturated end: white
+
+
+def test_the_matplotlib_heatmaps_say_what_their_colours_and_axes_are(monkeypatch):
+    from nbgrad.views import attention
+    from nbgrad.views.attribution import AttributionView
+    pattern = torch.softmax(torch.randn(2, 3, 3, generator=torch.Generator().manual_seed(0)), -1)
+    for grid, signed, label in ((pattern, False, "attention weight (query → key)"),
+                                (pattern - 0.3, True, "score: blue < 0 < red")):
+        low, high = (-0.7, 0.7) if signed else (0.0, 1.0)
+        fig = attention._figure(grid, ["a", "b", "c"], "t", (low, high, 0), signed)
+        assert fig.axes[-1].get_ylabel() == label                     # the colour bar, last of the axes
+        assert (fig.axes[0].get_xlabel(), fig.axes[0].get_ylabel()) == ("key", "query")
+    exact = torch.full((2, 3), float("nan"))
+    exact[0, 1] = 0.5
+    view = AttributionView(torch.randn(2, 3), ["a", "b", "c"], rows=["h.0", "h.1"], title="t", exact=exact)
+    drawn = []
+    savefig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *args, **kw: drawn.append(fig) or savefig(fig, *args, **kw))
+    view.png()
+    [figure] = drawn
+    axes, bar = figure.axes
+    assert (axes.get_xlabel(), axes.get_ylabel()) == ("token position   (• = checked exactly)", "site")
+    assert bar.get_ylabel() == "score: blue < 0 < red"

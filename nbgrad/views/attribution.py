@@ -138,9 +138,13 @@ def figure_png(grid, rows: list | None, cols: list, title: str, bound: float, ch
     ax.set_yticks(range(height), [_plain(r) for r in rows] if rows else [""] * height, fontsize=7)
     if checked is not None:
         ys, xs = checked.nonzero()
-        ax.scatter(xs, ys, s=6, c="black", marker="o", label="checked exactly")
+        ax.scatter(xs, ys, s=6, c="black", marker="o")
+    ax.set_xlabel("token position" + ("   (• = checked exactly)" if checked is not None else ""), fontsize=7)
+    ax.set_ylabel("site" if rows else "", fontsize=7)
     ax.set_title(textwrap.fill(_plain(title), width=int(size[0] * 13)), fontsize=8)
-    fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02).ax.tick_params(labelsize=7)
+    bar = fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
+    bar.ax.tick_params(labelsize=7)
+    bar.set_label("score: blue < 0 < red", fontsize=7)
     buffer = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")       # a glyph missing from the font is not worth a warning

@@ -1,5 +1,5 @@
-"""JupyterLab's dark theme (and its light one), chosen in its settings: the sidebar's notes (a module's gradient shape, a touched row)
-and a panel's parts (tabs, kind chips, stats, a NaN count, axis captions) keep a WCAG AA text contrast of 4.5:1
+"""JupyterLab's dark theme (and its light one), chosen in its settings: the sidebar's notes (a module's gradient
+shape, a touched row) and a panel's parts (tabs, kind chips, stats, a NaN count, axis captions) keep a WCAG AA text contrast of 4.5:1
 against what they are drawn on, and the screenshots under artifacts/screenshots/ show them."""
 import json
 import urllib.request
@@ -32,7 +32,8 @@ CONTRAST_OF = """node => {
   const paint = colours => { ctx.clearRect(0, 0, 1, 1);
     for (const c of colours) { ctx.fillStyle = c; ctx.fillRect(0, 0, 1, 1); }
     return [...ctx.getImageData(0, 0, 1, 1).data]; };
-  const lum = rgb => rgb.slice(0, 3).map(x => { x /= 255; return x <= 0.03928 ? x / 12.92 : ((x + 0.055) / 1.055) ** 2.4; })
+  const lum = rgb => rgb.slice(0, 3)
+    .map(x => { x /= 255; return x <= 0.03928 ? x / 12.92 : ((x + 0.055) / 1.055) ** 2.4; })
     .reduce((t, x, i) => t + x * [0.2126, 0.7152, 0.0722][i], 0);
   const backs = [];
   for (let n = node; n; n = n.parentElement) {
@@ -44,7 +45,8 @@ CONTRAST_OF = """node => {
   return {ratio: (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05), text: text.slice(0, 3), back: back.slice(0, 3)};
 }"""
 CONTRASTS = f"""selectors => {{ const of = {CONTRAST_OF};
-  return Object.fromEntries(selectors.map(s => {{ const n = document.querySelector(s); return [s, n && of(n)]; }})); }}"""
+  return Object.fromEntries(selectors.map(s => {{ const n = document.querySelector(s); return [s, n && of(n)]; }}));
+}}"""
 # Every shown element with text of its own inside `root`, with the text's contrast where it is under 4.5:1.
 LOW_IN = f"""root => {{ const of = {CONTRAST_OF};
   return [...root.querySelectorAll('*')].filter(n => n.getClientRects().length
