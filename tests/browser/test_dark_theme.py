@@ -1,6 +1,7 @@
 """JupyterLab's dark theme (and its light one), chosen in its settings: the sidebar's notes (a module's gradient
-shape, a touched row) and a panel's parts (tabs, kind chips, stats, a NaN count, axis captions) keep a WCAG AA text contrast of 4.5:1
-against what they are drawn on, and the screenshots under artifacts/screenshots/ show them."""
+shape, a touched row) and a panel's parts (tabs, kind chips, stats, a NaN count, axis captions) keep a WCAG AA text
+contrast of 4.5:1 against what they are drawn on, as does every text of every panel kind in the dark theme; the
+screenshots under artifacts/screenshots/ (dark-*.png, light-*.png) show them."""
 import json
 import urllib.request
 
