@@ -5,6 +5,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 import nbgrad
@@ -101,3 +102,23 @@ def test_the_matplotlib_heatmaps_say_what_their_colours_and_axes_are(monkeypatch
     axes, bar = figure.axes
     assert (axes.get_xlabel(), axes.get_ylabel()) == ("token position   (• = checked exactly)", "site")
     assert bar.get_ylabel() == "score: blue < 0 < red"
+
+
+def test_the_gradient_flow_names_its_dotted_lines_in_a_legend_that_covers_no_bar(monkeypatch, default_model):
+    from nbgrad.views.gradflow import figure_png, layer_stats
+    default_model.zero_grad(set_to_none=True)
+    default_model(torch.tensor([[1, 2, 3]])).logits[0, -1].max().backward()
+    drawn = []
+    savefig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *args, **kw: drawn.append(fig) or savefig(fig, *args, **kw))
+    try:
+        figure_png(layer_stats(default_model), {}, "gradient flow: model")
+    finally:
+        default_model.zero_grad(set_to_none=True)
+    [axes] = drawn[0].axes
+    legend = axes.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "thresholds: vanishing < 1e-07, exploding > 1000", "max |grad|", "mean |grad|"]
+    renderer = FigureCanvasAgg(drawn[0]).get_renderer()
+    assert legend.get_window_extent(renderer).y0 >= axes.get_window_extent(renderer).y1 - 1    # above the bars
+    assert axes.get_ylabel() == "parameter"
