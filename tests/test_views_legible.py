@@ -122,3 +122,17 @@ def test_the_gradient_flow_names_its_dotted_lines_in_a_legend_that_covers_no_bar
     renderer = FigureCanvasAgg(drawn[0]).get_renderer()
     assert legend.get_window_extent(renderer).y0 >= axes.get_window_extent(renderer).y1 - 1    # above the bars
     assert axes.get_ylabel() == "parameter"
+
+
+def test_the_graph_options_note_has_its_own_line_under_the_title(default_model):
+    from nbgrad.notebook.graph import NOT_RUN
+    from nbgrad.views.hookgraph import HookGraphPicture
+    graph = nbgrad.trace(default_model, "The Eiffel Tower is in the city of", CELL).graph.to_dict()
+    title = '%%trace model "The Eiffel Tower is in the city of" --graph'
+    svg = HookGraphPicture({**graph, "runs": []}, "", title, note=NOT_RUN).svg
+    texts = {t.text: float(t.get("y")) for t in ET.fromstring(svg).iter(f"{SVG}text")}
+    assert texts[title] < texts[NOT_RUN] < 40              # the note: the second line, above the legend
+    assert _overruns(svg) == []
+    assert float(ET.fromstring(svg).get("width")) < 8 * len(f"{title} · {NOT_RUN}")    # not one long line
+    legend = ET.fromstring(svg).find(f"{SVG}g[@transform='translate(0,18)']")
+    assert legend is not None and legend.find(f"{SVG}text").text.startswith("arrows: ")    # moved down for it
