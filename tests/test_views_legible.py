@@ -136,3 +136,14 @@ def test_the_graph_options_note_has_its_own_line_under_the_title(default_model):
     assert float(ET.fromstring(svg).get("width")) < 8 * len(f"{title} · {NOT_RUN}")    # not one long line
     legend = ET.fromstring(svg).find(f"{SVG}g[@transform='translate(0,18)']")
     assert legend is not None and legend.find(f"{SVG}text").text.startswith("arrows: ")    # moved down for it
+
+
+def test_the_cache_panel_names_its_axes_and_writes_each_column_label_along_its_column():
+    from nbgrad.views.cache import CachePanel
+    rows = [{"path": "transformer.h.0", "shape": [1, 12, 8], "values": [float(i) for i in range(12)], "signed": False}]
+    html = CachePanel({"rows": rows, "nbytes": 1, "modules": 1, "memory": "1 B"}).html()
+    header = re.search(r"<tr>(.*?)</tr>", html).group(1)
+    assert "module ↓ · position →" in header
+    labels = re.findall(r'<th style="([^"]*)">(\d+)</th>', header)
+    assert [label for _, label in labels] == [str(i) for i in range(12)]
+    assert all("writing-mode:vertical-rl" in style for style, _ in labels)     # "10" and "11" never run together

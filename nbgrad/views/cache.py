@@ -58,9 +58,13 @@ class CachePanel:
     def _header(self) -> str:
         width = max((len(row["values"]) for row in self.rows), default=0)
         labels = self.tokens[-width:] if self.tokens and len(self.tokens) >= width else [str(i) for i in range(width)]
-        cells = "".join(f'<th style="font-weight:normal;font-family:monospace;font-size:10px;white-space:pre">'
+        # upright along the column (bottom to top): a label as wide as its 14 px column, never run into the next
+        cells = "".join(f'<th style="font-weight:normal;font-family:monospace;font-size:10px;white-space:pre;'
+                        f'writing-mode:vertical-rl;transform:rotate(180deg);text-align:left;padding:2px 0">'
                         f"{html.escape(visible(label))}</th>" for label in labels)
-        return f'<tr><th></th>{cells}<th style="{RANGE_STYLE}">row scale</th></tr>'
+        corner = f'<small style="font-weight:normal;color:{TEXT2}">module ↓ · position →</small>'
+        return f'<tr><th style="text-align:right;vertical-align:bottom">{corner}</th>{cells}' \
+            f'<th style="{RANGE_STYLE}">row scale</th></tr>'
 
     def _row(self, row: dict) -> str:
         values = row["values"]
