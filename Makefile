@@ -92,9 +92,11 @@ docs: install $(VENV)/.docs-tools
 docs-check: docs
 	NBGRAD_DOCS_SITE=site $(PY) -m pytest -q -p no:cacheprovider tests/browser/test_docs_site.py
 
-# docs/images/panel.png, the panel on the README and the front page, drawn again (needs Chromium).
+# docs/images/panel.png, the panel on the README and the front page, and the sidebar's pictures in docs/sidebar.md,
+# drawn again (needs Chromium; the sidebar's in JupyterLab).
 docs-picture: install
 	$(call step,docs-picture,drawing docs/images/panel.png,$(PY) docs/panel_picture.py)
+	$(call step,docs-sidebar-pictures,drawing docs/images/sidebar-*.png,$(PY) docs/sidebar_pictures.py)
 
 # Two workers (pytest-xdist): the browser tests wait on a server, a kernel and a page much of their time, which the
 # other worker's tests fill (11.6 min against 16), and what must not run side by side is grouped onto one worker

@@ -35,8 +35,15 @@ def shoot(html: str, out: Path) -> None:
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 900, "height": 600}, device_scale_factor=1)
-        page.set_content(f'<body style="margin:12px;background:white">{html}</body>')
-        page.locator(".nbgrad-static").screenshot(path=str(out))
+        page.set_content(f'<!DOCTYPE html><body style="margin:12px;background:white">{html}</body>')
+        # The page as wide as the panel's widest part (the hook graph): the picture holds all of it, never a
+        # scrollbar or a part cut at the viewport's edge.
+        wide = page.evaluate("() => Math.max(...[...document.querySelectorAll('.nbgrad-static *')]"
+                             ".map(e => e.getBoundingClientRect().right))")
+        page.set_viewport_size({"width": max(900, int(wide) + 24), "height": 600})
+        box = page.locator(".nbgrad-static").bounding_box()         # with a margin of white round it
+        page.screenshot(path=str(out), full_page=True, clip={"x": box["x"] - 8, "y": box["y"] - 8,
+                                                             "width": box["width"] + 16, "height": box["height"] + 16})
         browser.close()
 
 

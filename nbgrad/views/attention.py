@@ -112,6 +112,7 @@ def _figure(grid: torch.Tensor, tokens: list, title: str, colour_range: tuple, s
             ax.set_ylabel("query", fontsize=9)
     bar = fig.colorbar(image, ax=fig.axes, fraction=0.02, pad=0.02, extend="both" if clipped else "neither")
     bar.ax.tick_params(labelsize=8)
+    bar.set_label("score: blue < 0 < red" if signed else "attention weight (query → key)", fontsize=8)
     if signed:
         what = (f"±{high:.3g}: {CLIP_PERCENTILE}th percentile of |value|; {clipped} cells beyond, at the ends "
                 f"(max |value| {float(grid.abs().max()):.3g})") if clipped else f"±{high:.3g} (0 = white)"

@@ -12,7 +12,7 @@ import warnings
 
 import torch
 
-from .palette import DIVERGING, diverging_rgb
+from .palette import DIVERGING, TEXT, diverging_rgb, ink
 from .tokens import TokenHeatmap, legend_html, visible
 
 MAX_CELLS = 4096        # cells drawn in the HTML grid; the rows with the largest |score| are kept
@@ -64,7 +64,7 @@ class AttributionView:
     def html(self) -> str:
         head = f"<div><b>{html.escape(self.title)}</b></div>" if self.title else ""
         body = TokenHeatmap(self.cols, self.scores).spans() if self.rows is None else self._grid_html()
-        notes = "".join(f'<div style="font-size:11px;color:#444">{html.escape(n)}</div>' for n in self.notes)
+        notes = "".join(f'<div style="font-size:11px;color:{TEXT}">{html.escape(n)}</div>' for n in self.notes)
         legend = legend_html(self.bound(), f"hover a {'token' if self.rows is None else 'cell'} for its value")
         return (f'<div class="nbgrad-tokens nbgrad-attribution" style="font-family:sans-serif;font-size:12px">'
                 f"{head}{body}{legend}{notes}{self._checked_html()}</div>")
@@ -91,7 +91,7 @@ class AttributionView:
                 tip = f"{self.rows[r]} @ {c} {self.cols[c]!r}: {value:.4g}"
                 tip += "" if exact is None else f" (exact {exact:.4g})"
                 mark = "•" if exact is not None else ""
-                cells.append(f'<td title="{html.escape(tip)}" style="{cell};background-color:rgb{rgb}">{mark}</td>')
+                cells.append(f'<td title="{html.escape(tip)}" style="{cell};background-color:rgb{rgb};color:{ink(rgb)}">{mark}</td>')
             lines.append(f'<tr><th style="text-align:right;font-weight:normal;font-family:monospace;'
                          f'font-size:10px;padding-right:4px">{html.escape(self.rows[r])}</th>{"".join(cells)}</tr>')
         note = "" if len(shown) == len(self.rows) else (
@@ -138,9 +138,13 @@ def figure_png(grid, rows: list | None, cols: list, title: str, bound: float, ch
     ax.set_yticks(range(height), [_plain(r) for r in rows] if rows else [""] * height, fontsize=7)
     if checked is not None:
         ys, xs = checked.nonzero()
-        ax.scatter(xs, ys, s=6, c="black", marker="o", label="checked exactly")
+        ax.scatter(xs, ys, s=6, c="black", marker="o")
+    ax.set_xlabel("token position" + ("   (• = checked exactly)" if checked is not None else ""), fontsize=7)
+    ax.set_ylabel("site" if rows else "", fontsize=7)
     ax.set_title(textwrap.fill(_plain(title), width=int(size[0] * 13)), fontsize=8)
-    fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02).ax.tick_params(labelsize=7)
+    bar = fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
+    bar.ax.tick_params(labelsize=7)
+    bar.set_label("score: blue < 0 < red", fontsize=7)
     buffer = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")       # a glyph missing from the font is not worth a warning

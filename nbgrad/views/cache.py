@@ -9,12 +9,12 @@ import html
 
 import numpy as np
 
-from .palette import DIVERGING, SEQUENTIAL, diverging_rgb
+from .palette import DIVERGING, SEQUENTIAL, TEXT, TEXT2, diverging_rgb
 from .tokens import visible
 
 MAX_CELLS = 8192       # cells in the HTML (about 70 bytes each): a panel stays well under Jupyter's 1 MB/s
 ROW_HEAD = "text-align:right;font-weight:normal;font-family:monospace;font-size:10px;padding-right:4px"
-RANGE_STYLE = "text-align:left;font-weight:normal;font-family:monospace;font-size:10px;padding-left:6px;color:#555"
+RANGE_STYLE = "text-align:left;font-weight:normal;font-family:monospace;font-size:10px;padding-left:6px;color:" + TEXT2
 
 
 class CachePanel:
@@ -52,15 +52,19 @@ class CachePanel:
         if any(row["signed"] for row in self.rows):
             bars.append(_bar(DIVERGING, "−max |value|", "+max |value|",
                              "gradient × activation rows: blue = negative, white = 0, red = positive"))
-        return (f'<div class="nbgrad-colour-bar" style="font-size:11px;color:#444;margin-top:4px">'
+        return (f'<div class="nbgrad-colour-bar" style="font-size:11px;color:{TEXT};margin-top:4px">'
                 f"{' &nbsp; '.join(bars)} · hover a cell for its value</div>")
 
     def _header(self) -> str:
         width = max((len(row["values"]) for row in self.rows), default=0)
         labels = self.tokens[-width:] if self.tokens and len(self.tokens) >= width else [str(i) for i in range(width)]
-        cells = "".join(f'<th style="font-weight:normal;font-family:monospace;font-size:10px;white-space:pre">'
+        # upright along the column (bottom to top): a label as wide as its 14 px column, never run into the next
+        cells = "".join(f'<th style="font-weight:normal;font-family:monospace;font-size:10px;white-space:pre;'
+                        f'writing-mode:vertical-rl;transform:rotate(180deg);text-align:left;padding:2px 0">'
                         f"{html.escape(visible(label))}</th>" for label in labels)
-        return f'<tr><th></th>{cells}<th style="{RANGE_STYLE}">row scale</th></tr>'
+        corner = f'<small style="font-weight:normal;color:{TEXT2}">module ↓ · position →</small>'
+        return f'<tr><th style="text-align:right;vertical-align:bottom">{corner}</th>{cells}' \
+            f'<th style="{RANGE_STYLE}">row scale</th></tr>'
 
     def _row(self, row: dict) -> str:
         values = row["values"]

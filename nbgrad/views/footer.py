@@ -18,7 +18,7 @@ def footer_text(provenance: dict) -> str:
 
 
 def footer_html(provenance: dict) -> str:
-    return (f'<div class="nbgrad-footer" style="color:#999;font-size:10px;font-family:sans-serif;margin-top:6px">'
+    return (f'<div class="nbgrad-footer" style="color:var(--jp-ui-font-color2, #666);font-size:10px;font-family:sans-serif;margin-top:6px">'
             f"{html.escape(footer_text(provenance))}</div>")
 
 

@@ -51,11 +51,14 @@ def figure_png(rows: list, flagged: dict, title: str) -> bytes:
     ax.set_yticks(positions, [f"{name}{'  ← ' + flagged[name] if name in flagged else ''}" for name, _, _ in rows],
                   fontsize=7)
     ax.invert_yaxis()
-    ax.axvline(VANISHING, color="#999", linestyle=":", linewidth=1)
+    ax.axvline(VANISHING, color="#999", linestyle=":", linewidth=1,      # the dotted lines, named in the legend
+               label=f"thresholds: vanishing < {VANISHING:g}, exploding > {EXPLODING:g}")
     ax.axvline(EXPLODING, color="#999", linestyle=":", linewidth=1)
     ax.set_xlabel("|grad| (log scale)")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.set_ylabel("parameter", fontsize=8)
+    ax.set_title(title, fontsize=9, pad=18)
+    # above the bars, under the title: inside the axes it would cover the last rows' bars
+    ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=3, frameon=False, borderaxespad=0.2)
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")

@@ -14,6 +14,7 @@ ONE_LINE, TWO_LINES = (34, 24), (46, 38)
 FORWARD, BEFORE, NAME_ARROW = "#2b6cb0", "#718096", "#2f855a"
 BACKWARD = ("#c05621", "#805ad5", "#b83280", "#975a16")      # pass 0, 1, 2, 3, then again
 MAX_CHIPS = 6
+NOTE_H = 18                                                   # a note's line under the title
 
 
 def phase_colour(phase: str) -> str:
@@ -132,10 +133,21 @@ def _name_arrow(arrow: dict, node_y: dict, box: int) -> str:
             f'stroke-width="1.5" marker-end="url(#name-arrow)"/>{tag}</g>')
 
 
+LEGEND_ARROWS = ("arrows: event → the statement that waits for it · green: a name one statement binds and another "
+                 "reads")
+LEGEND_STEPS = "#n: the run's nth step · \"ran #1, #4\": the statement ran at steps 1 and 4"
+
+
+def legend_right(graph: dict) -> int:
+    """Where the legend's longest line ends (11 px monospace, 7 px a character): the picture is at least this wide,
+    so no line of it is cut at the picture's edge."""
+    steps = EVENT_X + sum(30 + 7 * len(phase) for phase in dict.fromkeys(run["phase"] for run in graph.get("runs", [])))
+    return max(EVENT_X + 7 * len(LEGEND_ARROWS), steps + 7 * len(LEGEND_STEPS) if graph.get("runs") else 0) + 12
+
+
 def _legend(graph: dict) -> str:
     """What the arrows and colours mean; after a run, one swatch per phase the run went through."""
-    parts = [_text(EVENT_X, 36, "arrows: event → the statement that waits for it · green: a name one statement "
-                   "binds and another reads", 11, "#4a5568")]
+    parts = [_text(EVENT_X, 36, LEGEND_ARROWS, 11, "#4a5568")]
     if not graph.get("runs"):
         parts.append(_text(EVENT_X, 54, "dashed box: a backward pass, around the statements that run inside it",
                            11, "#4a5568"))
@@ -145,8 +157,7 @@ def _legend(graph: dict) -> str:
                      f'height="12" rx="3" fill="{phase_colour(phase)}"/>' + _text(x + 16, 54, phase, 11) + "</g>")
         x += 30 + 7 * len(phase)
     if graph.get("runs"):
-        parts.append(_text(x, 54, "#n: the run's nth step · \"ran #1, #4\": the statement ran at steps 1 and 4",
-                           11, "#4a5568"))
+        parts.append(_text(x, 54, LEGEND_STEPS, 11, "#4a5568"))
     return "".join(parts)
 
 
@@ -156,8 +167,9 @@ HEAD = ('<defs><marker id="arrow" viewBox="0 0 8 8" refX="8" refY="4" markerWidt
         f'orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="{NAME_ARROW}"/></marker></defs>')
 
 
-def hook_graph_svg(graph: dict, title: str = "") -> str:
-    """An SVG picture of a hook graph's dict form (`HookGraph.to_dict()`)."""
+def hook_graph_svg(graph: dict, title: str = "", note: str = "") -> str:
+    """An SVG picture of a hook graph's dict form (`HookGraph.to_dict()`); a `note` (the cell was not run) on its
+    own line under the title, where a long title cannot push it out of sight."""
     row, box = TWO_LINES if graph.get("runs") else ONE_LINE
     where = layout(graph, row, box)
     node_y, runs = where["node_y"], statement_runs(graph)
@@ -165,12 +177,16 @@ def hook_graph_svg(graph: dict, title: str = "") -> str:
     groups = [_group_box(group, passes) for group in where["groups"]]
     statements = [_statement_box(node, node_y[node["index"]], box, runs.get(node["index"], []),
                                  graph.get("failed") == node["index"]) for node in graph["nodes"]]
+    below = NOTE_H if note else 0              # everything under the title moves down by the note's line
     body = "".join([HEAD, _text(EVENT_X, 18, title or "hook graph", 13, weight="bold"),
-                    _legend(graph), *groups,
+                    _text(EVENT_X, 34, note, 12, BACKWARD[0], "bold") if note else "",
+                    f'<g transform="translate(0,{below})">', _legend(graph), *groups,
                     *_event_arrows(graph, where["event_y"], node_y, box), *_event_boxes(where["event_y"]),
-                    *statements, *(_name_arrow(arrow, node_y, box) for arrow in where["arrows"])])
-    # as wide as the title (13 px bold monospace, about 8 px a character): a long magic line is never cut off
-    width, height = max(where["width"], EVENT_X + 8 * len(title or "hook graph") + 12), where["height"]
+                    *statements, *(_name_arrow(arrow, node_y, box) for arrow in where["arrows"]), "</g>"])
+    # as wide as the title (13 px bold monospace, about 8 px a character), the note and the legend: none is cut off
+    width = max(where["width"], EVENT_X + 8 * len(title or "hook graph") + 12, EVENT_X + 8 * len(note) + 12,
+                legend_right(graph))
+    height = where["height"] + below
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}" style="background:#fff">{body}</svg>')
 
@@ -179,7 +195,7 @@ class HookGraphPicture:
     """What `%%trace --graph` shows: the picture, with the text form beside it."""
 
     def __init__(self, graph: dict, text: str, title: str = "", note: str = ""):
-        self.svg = hook_graph_svg(graph, f"{title} · {note}" if title and note else title or note)
+        self.svg = hook_graph_svg(graph, title, note)
         self.text = f"{note}\n{text}" if note else text
 
     def _repr_mimebundle_(self, include=None, exclude=None):

@@ -61,6 +61,20 @@ def histogram_png(counts, width: int = 240, height: int = 60) -> bytes:
     return png(image)
 
 
+# The HTML panels' text and edge colours: JupyterLab's theme variables, so they read in its dark theme as in its light
+# one, each with the light value for a page that has none (another front end). A cell coloured by its data takes
+# `ink` for its text: black or white, whichever stands out more from the cell's own colour.
+TEXT, TEXT2 = "var(--jp-ui-font-color1, #333)", "var(--jp-ui-font-color2, #666)"
+EDGE, BAD = "var(--jp-border-color2, #ddd)", "var(--jp-error-color1, #b00020)"
+
+
+def ink(rgb) -> str:
+    """#000 on a light colour, #fff on a dark one (the WCAG contrast of the two, compared)."""
+    lum = sum(w * ((c / 255) / 12.92 if c <= 10 else ((c / 255 + 0.055) / 1.055) ** 2.4)
+              for w, c in zip((0.2126, 0.7152, 0.0722), rgb))
+    return "#000" if (lum + 0.05) / 0.05 >= 1.05 / (lum + 0.05) else "#fff"
+
+
 def diverging_rgb(values, bound: float | None = None) -> list:
     """(r, g, b) per value on the diverging map, centred on zero: ±bound are the ends (default max |value|)."""
     values = np.nan_to_num(np.asarray(values, dtype=np.float64).reshape(-1), nan=0.0)

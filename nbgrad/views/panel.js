@@ -24,7 +24,7 @@ function decode(b64) {
 function summaryLine(item) {
   const s = item.summary;
   const box = el("div", "nbg-summary");
-  const grad = s.grad_fn ? `grad_fn=${s.grad_fn}` : `requires_grad=${s.requires_grad}`;
+  const grad = s.grad_fn ? `grad_fn=${s.grad_fn}` : `requires_grad=${s.requires_grad ? "True" : "False"}`;  // Python's
   box.appendChild(el("span", null, `[${s.shape.join(", ")}] ${s.dtype} ${s.device} ${grad}`));
   const table = el("table", "nbg-stats");
   const row = el("tr");
@@ -145,6 +145,7 @@ function heatmapView(item, palettes) {
   };
   showValueOnHover(canvas, hm, () => current, hover);
   box.append(sliderControls(hm, chosen, redraw), withTokenLabels(hm, canvas, cellH), legendHolder, hover);
+  if (hm.axes) box.appendChild(el("div", "nbg-note nbg-axes", hm.axes));      // what rows and columns are
   for (const note of hm.notes) box.appendChild(el("div", "nbg-note", note));
   redraw();
   return box;
@@ -157,7 +158,7 @@ function histogramView(hist) {
   const ctx = canvas.getContext("2d");
   const peak = Math.max(...hist.counts, 1);
   const bar = canvas.width / hist.counts.length;
-  ctx.fillStyle = "#466eb4";
+  ctx.fillStyle = getComputedStyle(document.body).getPropertyValue("--jp-brand-color1").trim() || "#466eb4";  // theme's
   hist.counts.forEach((count, i) => {
     const h = (count / peak) * canvas.height;
     ctx.fillRect(i * bar, canvas.height - h, Math.max(1, bar - 1), h);
@@ -166,7 +167,7 @@ function histogramView(hist) {
   const axis = el("div", "nbg-legend");
   const what = hist.sampled ? ` histogram of ${hist.sampled} sampled values ` : " histogram ";
   axis.append(el("span", null, fmt(hist.lo)), el("span", "nbg-note", what), el("span", null, fmt(hist.hi)));
-  box.appendChild(axis);
+  box.append(axis, el("div", "nbg-note nbg-axes", "value → · bar height: count"));
   return box;
 }
 

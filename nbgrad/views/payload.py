@@ -100,9 +100,24 @@ def heatmap(tensor: torch.Tensor, token_axis: int | None, tokens: list | None, s
     for slider in sliders:
         if len(slider["indices"]) < slider["size"]:
             notes.append(f"axis {slider['axis']}: {len(slider['indices'])} of {slider['size']} slices")
+    token_rows = bool(tokens and token_axis == row_axis)
     return {"row_axis": row_axis, "col_axis": col_axis, "rows": rows, "cols": cols, "row_labels": shown_rows,
-            "token_rows": bool(tokens and token_axis == row_axis), "sliders": sliders, "slices": slices,
-            "signed": signed, "notes": notes}
+            "token_rows": token_rows, "sliders": sliders, "slices": slices, "signed": signed, "notes": notes,
+            "axes": axes_caption(tuple(tensor.shape), token_rows)}
+
+
+def axes_caption(shape: tuple, token_rows: bool) -> str:
+    """What a heatmap's rows and columns are, under the picture: `rows ↓ axis 1: tokens 0–16 · columns → axis 2:
+    0–127` (the last two axes of `shape`; a 1-D tensor is one row)."""
+    last = len(shape) - 1
+    columns = f"columns → axis {last}: {_span(shape[last])}"
+    if len(shape) == 1:
+        return f"one row · {columns}"
+    return f"rows ↓ axis {last - 1}: {'tokens ' if token_rows else ''}{_span(shape[last - 1])} · {columns}"
+
+
+def _span(size: int) -> str:
+    return "0" if size == 1 else f"0–{size - 1}"
 
 
 def histogram(tensor: torch.Tensor) -> dict | None:

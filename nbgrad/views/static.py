@@ -8,12 +8,13 @@ import json
 
 import numpy as np
 
-from .palette import colour_bar_png, heatmap_png, histogram_png
+from .palette import BAD, EDGE, TEXT2, colour_bar_png, heatmap_png, histogram_png
 
 STATS = ("min", "max", "mean", "std", "norm")
 ROW_PX, MAX_ROW_PX = 8, 24         # a heatmap row in the picture: never a strip one pixel high
 WIDTH_PX, HEIGHT_PX = 480, 240     # what a heatmap aims to fill
 esc = html.escape
+AXES = "value → · bar height: count"     # a histogram's axes, under it
 
 
 def in_tabs(data: dict) -> list:
@@ -54,14 +55,15 @@ def static_html(data: dict) -> str:
                          f'<small>{esc(tab.get("about", ""))}</small></div>')
         parts.extend(_item_html(item) for item in items)
     if str(data.get("graph", "")).startswith("data:image/svg+xml;base64,"):
-        parts.append(f'<div><b>hook graph</b><br/><img alt="hook graph" src="{esc(data["graph"])}"/></div>')
+        parts.append(f'<div style="overflow-x:auto"><b>hook graph</b><br/>'     # scrolls in a narrow output
+                     f'<img alt="hook graph" src="{esc(data["graph"])}"/></div>')
     parts.append("</div>")
     return "".join(parts)
 
 
 def _item_html(item: dict) -> str:
     of = f" of <code>{esc(item['partner'])}</code>" if item["kind"] == "gradient" and item.get("partner") else ""
-    parts = ['<div style="border:1px solid #ddd;border-radius:4px;padding:4px 8px;margin:4px 0">',
+    parts = [f'<div style="border:1px solid {EDGE};border-radius:4px;padding:4px 8px;margin:4px 0">',
              f"<div><code><b>{esc(item['name'])}</b></code> <small>{esc(item['kind'])}{of}</small></div>"]
     if item.get("note"):
         parts.append(f"<div><i>{esc(item['note'])}</i></div>")
@@ -81,7 +83,7 @@ def _summary_html(s: dict) -> str:
     cells = "".join(f"<td>{esc(k)} {esc(format(s[k], '.4g'))}</td>" for k in STATS if s.get(k) is not None)
     for key in ("nan", "inf"):
         count = s.get(key, 0)
-        style = ' style="color:#b00020;font-weight:bold"' if count else ""
+        style = ' style="color:{BAD};font-weight:bold"' if count else ""
         cells += f"<td{style}>{key.upper()} {count}</td>"
     grad = f"grad_fn={s['grad_fn']}" if s.get("grad_fn") else f"requires_grad={s['requires_grad']}"
     return (f"<div><code>{esc(str(tuple(s['shape'])))} {esc(s['dtype'])} {esc(s['device'])} {esc(grad)}"
@@ -98,7 +100,8 @@ def _heatmap_html(hm: dict, name: str) -> str:
     height = max(ROW_PX, min(MAX_ROW_PX, HEIGHT_PX // max(rows, 1)), width)
     bar = _img(colour_bar_png(hm["signed"]), "colour bar", "vertical-align:middle")
     zero = " (diverging, 0 = white)" if hm["signed"] else ""
-    notes = "".join(f"<div><small>{esc(note)}</small></div>" for note in hm.get("notes", []))
+    notes = "".join(f"<div><small>{esc(note)}</small></div>" for note in [hm.get("axes", ""), *hm.get("notes", [])]
+                    if note)
     return (_img(heatmap_png(levels, hm["signed"], width, height), f"heatmap of {name}") +
             f'<div class="nbgrad-colour-bar"><small>{first["lo"]:.4g} {bar} {first["hi"]:.4g}{zero}</small></div>'
             + notes)
@@ -109,7 +112,8 @@ def _histogram_html(hist: dict, name: str) -> str:
     return ('<div style="display:inline-block;vertical-align:top">'
             + _img(histogram_png(hist["counts"]), f"histogram of {name}") +
             f'<div style="display:flex;justify-content:space-between;width:240px"><small>{hist["lo"]:.4g}</small>'
-            f'<small style="color:#666">{esc(what)}</small><small>{hist["hi"]:.4g}</small></div></div>')
+            f'<small style="color:{TEXT2}">{esc(what)}</small><small>{hist["hi"]:.4g}</small></div>'
+            f'<div style="text-align:center;width:240px"><small style="color:{TEXT2}">{AXES}</small></div></div>')
 
 
 def topk_table(topk: dict, first: str = "position", css_class: str = "nbgrad-topk") -> str:
@@ -124,5 +128,5 @@ def topk_table(topk: dict, first: str = "position", css_class: str = "nbgrad-top
 
 
 def _img(png: bytes, alt: str, style: str = "") -> str:
-    return (f'<img alt="{esc(alt)}" style="image-rendering:pixelated;border:1px solid #eee;{style}" '
+    return (f'<img alt="{esc(alt)}" style="image-rendering:pixelated;border:1px solid {EDGE};{style}" '
             f'src="data:image/png;base64,{base64.b64encode(png).decode()}"/>')

@@ -5,7 +5,7 @@ import html
 
 import torch
 
-from .palette import diverging_rgb
+from .palette import TEXT2, diverging_rgb, ink
 
 LEGEND_STEPS = 11
 
@@ -27,7 +27,7 @@ def legend_html(bound: float, what: str = "hover for its score") -> str:
     steps = [bound * (2 * i / (LEGEND_STEPS - 1) - 1) for i in range(LEGEND_STEPS)]
     swatches = "".join(f'<span title="{value:.3g}" style="display:inline-block;width:14px;height:10px;'
                        f'background-color:rgb{rgb}"></span>' for value, rgb in zip(steps, diverging_rgb(steps, bound or 1.0)))
-    return (f'<div style="font-size:11px;color:#666;margin-top:2px">{-bound:.3g} {swatches} {bound:+.3g}'
+    return (f'<div style="font-size:11px;color:{TEXT2};margin-top:2px">{-bound:.3g} {swatches} {bound:+.3g}'
             f" &nbsp;blue = negative, white = 0, red = positive; {html.escape(what)}</div>")
 
 
@@ -44,7 +44,7 @@ class TokenHeatmap:
     def spans(self) -> str:
         parts = []
         for token, score, rgb in zip(self.tokens, self.scores.tolist(), self.colours()):
-            parts.append(f'<span title="{html.escape(repr(token))}: {score:.4g}" style="background-color:rgb{rgb};'
+            parts.append(f'<span title="{html.escape(repr(token))}: {score:.4g}" style="background-color:rgb{rgb};color:{ink(rgb)};'
                          f'padding:2px 1px;margin:0 1px;border-radius:2px;white-space:pre;font-family:monospace">'
                          f"{html.escape(visible(token))}</span>")
         return f'<div style="line-height:2">{"".join(parts)}</div>'
