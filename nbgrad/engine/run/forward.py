@@ -230,10 +230,9 @@ class ForwardEvents:
                     outer, runtime.cause = runtime.cause, request.use
                     try:
                         task.cause, task.module = request.use, None
-                        runtime.timeline.append((task.index, request.use, runtime.phase))
                         if type(value) is not Tensor:
                             note_type(self, request.use, self.uses[request.use], value)
-                        (runtime._advance if task.loop is None else task.loop.advance)(task, value)
+                        runtime._advance(task, value, None, request.use)
                     finally:
                         runtime.cause = outer
             finally:
