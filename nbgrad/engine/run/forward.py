@@ -127,12 +127,13 @@ class ForwardEvents:
         return False, None
 
     def _module(self, task, request):
-        """The module a request names: the one the task was parked on, when it is being woken."""
+        """The module a request names: the one the task was parked on, when it is being woken; else found by its path,
+        or an error that says which step of the path is not in the model."""
         module = task.module
         if module is not None:
             task.module = None
             return module
-        try:                        # `resolve`, written out: this runs for every module a statement reads
+        try:
             module = request.module()
         except PATH_ERRORS as error:
             raise path_error(self, error, request.use)
