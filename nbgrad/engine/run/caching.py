@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
+from functools import partial
 
 import torch
 from torch import nn
@@ -12,6 +13,7 @@ from torch import nn
 from ...errors import NbgradError
 from ..checks import cache_placement, matching_modules
 from ..results.cache import Cache, Calls, main_tensor
+from .gradients import register_grad_hook
 from .rows import rebuilt
 
 
@@ -107,7 +109,7 @@ class CacheRecorder:
             def on_grad(grad, path=path, index=index):
                 if gradients.running and not self.runtime.in_statement:
                     self._put_grad(path, index, grad)
-            hooks.replace(("cache grad", id(self), path, index), _grad_registration(tensor, on_grad))
+            hooks.replace(("cache grad", id(self), path, index), partial(register_grad_hook, tensor, on_grad))
 
     def _put_grad(self, path: str, index: int, grad: torch.Tensor) -> None:
         if self.invoke is not None:
@@ -120,11 +122,6 @@ class CacheRecorder:
             slots[index] = value
         else:
             grads[path] = value
-
-
-def _grad_registration(tensor: torch.Tensor, hook):
-    from .gradients import register_grad_hook
-    return lambda: register_grad_hook(tensor, hook)
 
 
 def _calls(store: dict, path: str) -> int:

@@ -270,10 +270,6 @@ class Runtime(Scheduler):
         if self.unstarted:
             self.start_ready()
 
-    def graph(self):
-        """The hook graph with what happened in this run: which event woke each statement, and when."""
-        return run_graph(self.program, self.timeline, self.failed)
-
     # --- end of the cell ------------------------------------------------------------------------
 
     def _check_finished(self) -> None:

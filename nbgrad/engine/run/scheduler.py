@@ -139,19 +139,15 @@ class Scheduler:
         """The error for a statement that pauses inside `with torch.inference_mode():` or `torch.autocast(...)`:
         those modes are the thread's, so the model would run in them until the statement's event came (grad
         mode, which nbgrad can hand back and forth, is kept to the statement instead). The task waits no more."""
-        self.unpark(task)
+        for key, waiting in list(self.parked.items()):       # it waits no more (resumed with this error instead)
+            waiting[:] = [pair for pair in waiting if pair[0] is not task]
+            if not waiting:
+                del self.parked[key]
         use = getattr(request, "use", None)
         line = self.program.uses[use].line if isinstance(use, int) else None
         return NbgradError("this statement waits for an event inside a `with` block that sets inference mode or "
                            "autocast, and that mode is the thread's: the model would run in it until the event "
                            "came. Read the value first (`h = M.output`), then use it inside the `with` block", line)
-
-    def unpark(self, task: Task) -> None:
-        """Forget that a task waits (it is to be resumed with an error instead)."""
-        for key, waiting in list(self.parked.items()):
-            waiting[:] = [pair for pair in waiting if pair[0] is not task]
-            if not waiting:
-                del self.parked[key]
 
     def park(self, key, task: Task, request) -> tuple:
         """Keep the task until `deliver(key)`; what a handler returns when the event is not there yet."""
