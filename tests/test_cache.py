@@ -447,3 +447,11 @@ def test_a_cache_shown_on_its_own_draws_its_panel(tiny):
     rows = re.findall(r"<tr><th style=[^>]*>([^<]*)</th>", bundle["text/html"])
     assert rows == [f"transformer.h.{i}{kind}" for i in range(4) for kind in ("", " grad×act")]
     assert bundle["text/html"].count('<td title="') == 8 * IDS.shape[1]
+
+
+def test_the_checked_options_are_those_cache_takes():
+    """`cache(...)`'s arguments are checked (engine/checks.py) against the keywords the run's cache takes."""
+    import inspect
+    from nbgrad.engine.checks import CACHE_OPTIONS
+    from nbgrad.engine.run.caching import start_cache
+    assert CACHE_OPTIONS == tuple(inspect.signature(start_cache).parameters)[2:]

@@ -27,14 +27,16 @@ ONE_GRADIENT = "hs = model.transformer.h[1].output\nwith model.output.logits.sum
 # message.
 CALL_BUDGET = 23
 GRADIENT_CALL_BUDGET = 68
-# A loop that edits every block (bench/overhead.py's (c)): 54 calls, each block's edit called from its event as a
-# raw hook would be (a HookLoop), each block hooked by the loop itself; 56 when ForwardEvents.hook hooked each block;
+# A loop that edits every block (bench/overhead.py's (c)): 55 calls, each block's edit called from its event as a
+# raw hook would be (a HookLoop), through the core's trampoline, which writes the block's timeline row (54 when the
+# event's hook wrote it), the blocks hooked by the loop in one call; 56 when ForwardEvents.hook hooked each block;
 # run as a statement resumed at each block it made 77
 EDIT_LOOP = "for i in range(len(model.transformer.h)):\n    model.transformer.h[i].output[:] *= 0.5\n" \
             "logits = model.output.logits.save()"
 EDIT_LOOP_CALL_BUDGET = 56
-# Every block's output saved in a list (overhead.py's (b)): 52 calls, each block's value saved from its event (a
-# HookLoop of a list; 54 when ForwardEvents.hook hooked each block); the comprehension resumed at each block made 75
+# Every block's output saved in a list (overhead.py's (b)): 53 calls, each block's value saved from its event through
+# the core's trampoline (a HookLoop of a list; 52 when the event's hook wrote the block's row; 54 when
+# ForwardEvents.hook hooked each block); the comprehension resumed at each block made 75
 SAVE_EVERY = "outs = [model.transformer.h[i].output.save() for i in range(len(model.transformer.h))]"
 SAVE_EVERY_CALL_BUDGET = 54
 ONE_READ_OF_ONES_OWN = "h = model[1].output.save()"

@@ -80,13 +80,14 @@ def statements_in_forward(model, source, namespace=None) -> list:
     originals = {(kind, name): getattr(kind, name) for kind, name in ((Runtime, "_advance"), (_EditLoop, "advance"),
                                                                         (_ListLoop, "advance"))}
 
-    def spy(original):
-        def resumed(self, task, value, error=None):
-            seen.append(running[0])
-            return original(self, task, value, error)
+    def spy(original, kind):
+        def resumed(self, task, value, *rest):
+            if kind is not Runtime or task.loop is None:    # a block's wake passes the core on to its loop: once
+                seen.append(running[0])
+            return original(self, task, value, *rest)
         return resumed
     for (kind, name), original in originals.items():
-        setattr(kind, name, spy(original))
+        setattr(kind, name, spy(original, kind))
     try:
         nbgrad.trace(model, IDS, source, namespace if namespace is not None else {"model": model})
     finally:

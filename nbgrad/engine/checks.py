@@ -1,13 +1,20 @@
-"""Arguments of `nbgrad.trace` / `nbgrad.backward` (and so of the magics) checked before anything runs:
-each wrong kind of argument is one clear message instead of a traceback from deep inside a run."""
+"""Arguments of `nbgrad.trace` / `nbgrad.backward` (and so of the magics), and of a cell's `cache(...)`, checked before
+anything runs: each wrong kind of argument is one clear message instead of a traceback from deep inside a run. The
+run (run/caching.py) and a remote cell's check on the skeleton (remote/cachecheck.py) ask the same questions here."""
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import torch
 from torch import nn
 
 from ..errors import diagnose
-from ..errors import ArgumentError, GradError
-from ..errors.naming import a_or_an
+from ..errors import ArgumentError, GradError, ModulePathError, NbgradError
+from ..errors.naming import a_or_an, path_spellings
+from .results.cache import matching_names
+
+# What `cache(...)` takes (run/caching.py's start_cache): the modules by position or name, the rest by name
+CACHE_OPTIONS = ("modules", "inputs", "grads", "device", "dtype")
 
 
 def trace_arguments(model, namespace, tokenizer=None) -> None:
@@ -125,3 +132,65 @@ def _kind(value) -> str:
     text = repr(value)
     shown = f" `{text}`" if len(text) <= 40 else ""
     return "None" if value is None else f"{a_or_an(type(value).__name__)}{shown}"
+
+
+def check_cache_call(args: tuple, kwargs: dict, line: int) -> None:
+    """`cache(...)`'s arguments as the cell wrote them, refused with what it takes (not Python's message about
+    nbgrad's own function)."""
+    options = CACHE_OPTIONS
+    takes = f"cache({options[0]}, *, {', '.join(f'{name}=...' for name in options[1:])})"
+    if len(args) > 1:
+        raise NbgradError(f"{takes} takes one argument by position, the modules (a glob, a module path, a module "
+                          f"or a list of them); give the others by name", line)
+    unknown = [name for name in kwargs if name not in options]
+    if unknown:
+        raise NbgradError(f"cache(...) has no option {unknown[0]!r}: it takes {takes}", line)
+    if args and options[0] in kwargs:
+        raise NbgradError(f"cache(...) was given {options[0]} twice, by position and by name", line)
+    for flag in ("inputs", "grads"):
+        if flag in kwargs and not isinstance(kwargs[flag], bool):
+            raise NbgradError(f"cache({flag}=...) is True or False, not {kwargs[flag]!r}", line)
+
+
+def cache_placement(device, dtype, line: int) -> None:
+    """device= and dtype= are checked before the run, not when the first value is copied inside the model."""
+    if device is not None:
+        try:
+            torch.device(device)
+        except (RuntimeError, TypeError) as error:
+            raise NbgradError(f"cache(device={device!r}): not a device torch knows ('cpu', 'cuda', 'cuda:1', "
+                              f"a torch.device)", line) from error
+        try:
+            torch.empty(0, device=device)           # a device this machine lacks: said now, not inside the model
+        except (RuntimeError, AssertionError) as error:
+            raise NbgradError(f"cache(device={device!r}): this machine cannot hold tensors there ({error})",
+                              line) from error
+    if dtype is not None and not isinstance(dtype, torch.dtype):
+        raise NbgradError(f"cache(dtype={dtype!r}): give a torch.dtype (torch.float16, torch.bfloat16, ...)", line)
+
+
+def matching_modules(model: nn.Module, modules, line: int) -> list:
+    """[(path, module)] in model order for a glob, a path, a module, or a list of them."""
+    named = list(model.named_modules())
+    if isinstance(modules, nn.ModuleDict):
+        modules = list(modules.values())
+    # a ModuleList never runs itself: it stands for its modules, as a list of them does
+    wanted = list(modules) if isinstance(modules, (list, tuple, set, nn.ModuleList, Iterator)) else [modules]
+    chosen = set()
+    for item in wanted:
+        if isinstance(item, nn.Module):
+            found = [name for name, module in named if module is item]
+            if not found:
+                raise ModulePathError(f"cache(...): {a_or_an(type(item).__name__)} that is not part of the traced "
+                                      f"model", line)
+        elif isinstance(item, str):
+            found = matching_names([name for name, _ in named], item)
+            if not found:
+                raise ModulePathError(f"cache(...): no module of the model matches {item!r}"
+                                      f"{diagnose.nearest_modules([n for n, _ in named], path_spellings(item)[-1])}",
+                                      line)
+        else:
+            raise NbgradError(f"cache(modules=...) takes a glob, a module path, a module or a list of them, "
+                              f"not {a_or_an(type(item).__name__)}", line)
+        chosen.update(found)
+    return [(name, module) for name, module in named if name in chosen]

@@ -1,13 +1,13 @@
 """`cache(...)` of a remote cell checked on the skeleton before anything is sent: its arguments, and modules that
-no module of the model matches, are the local run's errors (engine/run/caching.py's own checks, on the same
-module tree)."""
+no module of the model matches, are the local run's errors (engine/checks.py, which the run asks too, on the
+same module tree)."""
 from __future__ import annotations
 
 import ast
 
 from torch import nn
 
-from ..engine.run.caching import check_cache_call, matching_modules
+from ..engine.checks import check_cache_call, matching_modules
 from .spelling import bindings, reached, value_of
 
 _UNKNOWN = object()

@@ -3,23 +3,25 @@ input) delivered into a `Cache` as it arrives, and with `grads=True` a gradient 
 tensor when a backward pass of the cell starts."""
 from __future__ import annotations
 
-import inspect
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
+from functools import partial
 
 import torch
 from torch import nn
 
-from ...errors import ModulePathError, NbgradError, diagnose
-from ...errors.naming import a_or_an, path_spellings
-from ..results.cache import Cache, Calls, main_tensor, matching_names
+from ...errors import NbgradError
+from ..checks import cache_placement, matching_modules
+from ..results.cache import Cache, Calls, main_tensor
+from .gradients import register_grad_hook
+from .rows import rebuilt
 
 
 def start_cache(runtime, line: int, modules="*", *, inputs: bool = False, grads: bool = False, device=None,
                 dtype=None) -> Cache:
     """What `cache(...)` in a cell returns: a Cache filled as the run goes."""
     _check_when(runtime, line, grads)
-    _check_placement(device, dtype, line)
+    cache_placement(device, dtype, line)
     chosen = matching_modules(runtime.model, modules, line)
     cache = Cache({"modules": modules, "inputs": inputs, "grads": grads, "device": device, "dtype": dtype})
     recorder = CacheRecorder(runtime, cache, device, dtype)
@@ -30,24 +32,6 @@ def start_cache(runtime, line: int, modules="*", *, inputs: bool = False, grads:
     if grads:
         runtime.recorders.append(recorder)
     return runtime.save(cache, line, "cache(...)")
-
-
-def check_cache_call(args: tuple, kwargs: dict, line: int) -> None:
-    """`cache(...)`'s arguments as the cell wrote them, refused with what it takes (not Python's message about
-    nbgrad's own function)."""
-    options = [name for name in inspect.signature(start_cache).parameters if name not in ("runtime", "line")]
-    takes = f"cache({options[0]}, *, {', '.join(f'{name}=...' for name in options[1:])})"
-    if len(args) > 1:
-        raise NbgradError(f"{takes} takes one argument by position, the modules (a glob, a module path, a module "
-                          f"or a list of them); give the others by name", line)
-    unknown = [name for name in kwargs if name not in options]
-    if unknown:
-        raise NbgradError(f"cache(...) has no option {unknown[0]!r}: it takes {takes}", line)
-    if args and options[0] in kwargs:
-        raise NbgradError(f"cache(...) was given {options[0]} twice, by position and by name", line)
-    for flag in ("inputs", "grads"):
-        if flag in kwargs and not isinstance(kwargs[flag], bool):
-            raise NbgradError(f"cache({flag}=...) is True or False, not {kwargs[flag]!r}", line)
 
 
 def _check_when(runtime, line: int, grads: bool) -> None:
@@ -62,50 +46,6 @@ def _check_when(runtime, line: int, grads: bool) -> None:
     if grads and (runtime.no_grad or not torch.is_grad_enabled()):
         raise NbgradError("cache(..., grads=True) needs autograd, and this cell runs under torch.no_grad() "
                           "(--no-grad, or %%generate): drop one of them", line)
-
-
-def _check_placement(device, dtype, line: int) -> None:
-    """device= and dtype= are checked before the run, not when the first value is copied inside the model."""
-    if device is not None:
-        try:
-            torch.device(device)
-        except (RuntimeError, TypeError) as error:
-            raise NbgradError(f"cache(device={device!r}): not a device torch knows ('cpu', 'cuda', 'cuda:1', "
-                              f"a torch.device)", line) from error
-        try:
-            torch.empty(0, device=device)           # a device this machine lacks: said now, not inside the model
-        except (RuntimeError, AssertionError) as error:
-            raise NbgradError(f"cache(device={device!r}): this machine cannot hold tensors there ({error})",
-                              line) from error
-    if dtype is not None and not isinstance(dtype, torch.dtype):
-        raise NbgradError(f"cache(dtype={dtype!r}): give a torch.dtype (torch.float16, torch.bfloat16, ...)", line)
-
-
-def matching_modules(model: nn.Module, modules, line: int) -> list:
-    """[(path, module)] in model order for a glob, a path, a module, or a list of them."""
-    named = list(model.named_modules())
-    if isinstance(modules, nn.ModuleDict):
-        modules = list(modules.values())
-    # a ModuleList never runs itself: it stands for its modules, as a list of them does
-    wanted = list(modules) if isinstance(modules, (list, tuple, set, nn.ModuleList, Iterator)) else [modules]
-    chosen = set()
-    for item in wanted:
-        if isinstance(item, nn.Module):
-            found = [name for name, module in named if module is item]
-            if not found:
-                raise ModulePathError(f"cache(...): {a_or_an(type(item).__name__)} that is not part of the traced "
-                                      f"model", line)
-        elif isinstance(item, str):
-            found = matching_names([name for name, _ in named], item)
-            if not found:
-                raise ModulePathError(f"cache(...): no module of the model matches {item!r}"
-                                      f"{diagnose.nearest_modules([n for n, _ in named], path_spellings(item)[-1])}",
-                                      line)
-        else:
-            raise NbgradError(f"cache(modules=...) takes a glob, a module path, a module or a list of them, "
-                              f"not {a_or_an(type(item).__name__)}", line)
-        chosen.update(found)
-    return [(name, module) for name, module in named if name in chosen]
 
 
 class CacheRecorder:
@@ -169,7 +109,7 @@ class CacheRecorder:
             def on_grad(grad, path=path, index=index):
                 if gradients.running and not self.runtime.in_statement:
                     self._put_grad(path, index, grad)
-            hooks.replace(("cache grad", id(self), path, index), _grad_registration(tensor, on_grad))
+            hooks.replace(("cache grad", id(self), path, index), partial(register_grad_hook, tensor, on_grad))
 
     def _put_grad(self, path: str, index: int, grad: torch.Tensor) -> None:
         if self.invoke is not None:
@@ -182,11 +122,6 @@ class CacheRecorder:
             slots[index] = value
         else:
             grads[path] = value
-
-
-def _grad_registration(tensor: torch.Tensor, hook):
-    from .gradients import register_grad_hook
-    return lambda: register_grad_hook(tensor, hook)
 
 
 def _calls(store: dict, path: str) -> int:
@@ -212,14 +147,8 @@ def _put(store: dict, path: str, value) -> None:
 def _map_tensors(value, function):
     if isinstance(value, torch.Tensor):
         return function(value)
-    if isinstance(value, Mapping):
-        mapped = {k: _map_tensors(v, function) for k, v in value.items()}
-        if type(value) is dict:
-            return mapped
-        try:
-            return type(value)(**mapped)        # a ModelOutput keeps its type
-        except TypeError:
-            return mapped
+    if isinstance(value, Mapping):          # a ModelOutput keeps its type
+        return rebuilt(value, {k: _map_tensors(v, function) for k, v in value.items()})
     if isinstance(value, (tuple, list)):
         mapped = [_map_tensors(v, function) for v in value]
         return type(value)(mapped) if type(value) in (tuple, list) else mapped

@@ -127,12 +127,13 @@ class ForwardEvents:
         return False, None
 
     def _module(self, task, request):
-        """The module a request names: the one the task was parked on, when it is being woken."""
+        """The module a request names: the one the task was parked on, when it is being woken; else found by its path,
+        or an error that says which step of the path is not in the model."""
         module = task.module
         if module is not None:
             task.module = None
             return module
-        try:                        # `resolve`, written out: this runs for every module a statement reads
+        try:
             module = request.module()
         except PATH_ERRORS as error:
             raise path_error(self, error, request.use)
@@ -230,10 +231,9 @@ class ForwardEvents:
                     outer, runtime.cause = runtime.cause, request.use
                     try:
                         task.cause, task.module = request.use, None
-                        runtime.timeline.append((task.index, request.use, runtime.phase))
                         if type(value) is not Tensor:
                             note_type(self, request.use, self.uses[request.use], value)
-                        (runtime._advance if task.loop is None else task.loop.advance)(task, value)
+                        runtime._advance(task, value, None, request.use)
                     finally:
                         runtime.cause = outer
             finally:

@@ -247,8 +247,7 @@ class GradientEvents:
         outer, core.cause = core.cause, request.use
         try:
             task.cause = request.use
-            core.timeline.append((task.index, request.use, core.phase))
-            core._advance(task, grad)
+            core._advance(task, grad, None, request.use)
         finally:
             core.cause = outer
 

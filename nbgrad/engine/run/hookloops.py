@@ -109,7 +109,7 @@ def start_loop(run, node) -> bool:
     state.run, state.name, state.body, state.use = run, loop.name, types.FunctionType(loop.body, ns), loop.use
     state.size, state.next, state.result, state.values, state.early = len(blocks), 0, loop.result, [], {}
     request, index, cause = Read(None, loop.use, None), node.spec.index, run.cause
-    parked, hooks = run.parked, run.hooks
+    parked, hooks = run.parked, []
     on_event = forward._log_event if forward.quiet else forward._on_event   # `forward.hook`'s, a block being no model
     for position, block in enumerate(blocks):
         step = Task()
@@ -117,9 +117,9 @@ def start_loop(run, node) -> bool:
         step.grad_mode = None
         step.loop, step.position, step.item = state, position, position if loop.by_index else block
         key = (id(block), "output")
-        if key not in hooks:
-            hooks.forward_hook(key, block, partial(on_event, key))
+        hooks.append((key, block, partial(on_event, key)))
         parked.setdefault(key, []).append((step, request))
+    run.hooks.forward_hooks(hooks)
     # What stands for the loop among the started tasks until its last block is done: no generator, and no reference
     # to the loop, so that nothing of a run makes a cycle once its parked blocks are let go
     state.first = first = Task()

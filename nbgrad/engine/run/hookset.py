@@ -54,6 +54,19 @@ class HookSet(dict):
         self[key] = DictHandle(hooks.pop, hook_id, None)   # first: an interrupt here leaves no hook behind
         hooks[hook_id] = hook
 
+    def forward_hooks(self, hooks: list) -> None:
+        """`forward_hook(key, module, hook)` for each triple whose key is not hooked yet, in one call: a loop of
+        on-event functions hooks its every block so as it starts (hookloops.py), a call per block less."""
+        for key, module, hook in hooks:
+            if key in self:
+                continue
+            if type(module).register_forward_hook is not _REGISTER:
+                self[key] = module.register_forward_hook(hook)
+                continue
+            hook_id = next(_hook_ids)
+            self[key] = DictHandle(module._forward_hooks.pop, hook_id, None)    # first, as in `forward_hook`
+            module._forward_hooks[hook_id] = hook
+
     def grad_hook(self, key: Hashable, tensor: Tensor, hook: Callable) -> None:
         """`self[key] = tensor.register_hook(hook)` with the same effect on the backward pass: the hook goes last into
         the tensor's `_backward_hooks`, as torch's own method puts it, the dict made and given to the tensor's

@@ -5,7 +5,6 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from ...errors import OrderError, diagnose
-from .moduletree import compiled_inner
 from .calls import CallOf
 from .sites import NoSourceError, Site, SiteError
 from .skips import SkipGate, skipped_around
@@ -30,7 +29,7 @@ def never_came(events, task, request) -> OrderError:
     """The error for a statement still waiting on a module's event when the run ends."""
     runtime = events.runtime
     use = events.uses[request.use]
-    module = task.module if task is not None and task.module is not None else resolve(events, request)
+    module = events._module(task, request)       # the module it waits on, or found by its path
     if runtime.stopped_at is not None:
         return never_came_after_stop(use, diagnose.module_path(runtime.model, module) or use.target,
                                      runtime.stopped_at, runtime.rows is not None)
@@ -61,13 +60,3 @@ def note_type(events, use_id: int, use, value) -> None:
         events.other_reads = events.other_reads or {}
         events.other_reads[use_id] = (use, type(value).__name__)
 
-
-def resolve(events, request):
-    """The module a request names, or an error that says which step of its path is not in the model."""
-    try:
-        module = request.module()
-    except PATH_ERRORS as error:
-        raise path_error(events, error, request.use)
-    if type(module).__name__ == "OptimizedModule":     # `model.output` of a torch.compile'd model
-        return compiled_inner(module) or module
-    return module

@@ -21,7 +21,8 @@ from ...errors import hints
 from ..compile.program import RUNTIME_NAME, Backward, GradRead, GradWrite, Program, Read, Write
 from .cellstate import CellState
 from .claims import _local, _tracing, active_runtime, claim, release  # noqa: F401  (tests read _local, _tracing)
-from .caching import check_cache_call, start_cache
+from ..checks import check_cache_call
+from .caching import start_cache
 from .calls import call_of
 from .forward import ForwardEvents
 from .gradients import GradientEvents
@@ -269,10 +270,6 @@ class Runtime(Scheduler):
         if self.unstarted:
             self.start_ready()
 
-    def graph(self):
-        """The hook graph with what happened in this run: which event woke each statement, and when."""
-        return run_graph(self.program, self.timeline, self.failed)
-
     # --- end of the cell ------------------------------------------------------------------------
 
     def _check_finished(self) -> None:
@@ -293,8 +290,7 @@ class Runtime(Scheduler):
         if self.shapes:
             shapes.update(self.shapes)
         gradients = self._gradients
-        # The picture is drawn from the timeline only when someone looks (a panel, `result.graph`): a loop of traces
-        # that reads values only never pays for it. Holds the program and timeline, not the run.
+        # The picture is drawn from the timeline (held, not the run) only when someone looks (a panel, `result.graph`)
         return run_result(self.by_id, self.program.bound_names, self.ns,
                           Later((run_graph, self.program, self.timeline, self.failed)), shapes,
                           gradients.sources if gradients is not None else None, self.invoke_of)

@@ -83,16 +83,17 @@ class Scheduler:
             return self.pass_state[spec.block] == "done"
         return self.forward_over
 
-    def _advance(self, task: Task, value, error: Exception | None = None) -> None:
-        """Resume a statement with `value` (or raise `error` at its line) until it waits or finishes."""
-        gen, handlers = task.gen, self.handlers
-        contexts = thread_contexts() if task.node.spec.in_with else None    # the modes nbgrad cannot hand back
+    def _advance(self, task: Task, value, error: Exception | None = None, woke=None) -> None:
+        """Resume a statement with `value` (or raise `error` at its line) until it waits or finishes. `woke`: the use id
+        of the event that wakes it: its row in the timeline, written here only (a loop's block goes on to its loop)."""
+        if woke is not None:
+            self.timeline.append((task.index, woke, self.phase))
+            if task.loop is not None:
+                return task.loop.advance(task, value, error)
+        gen, contexts = task.gen, thread_contexts() if task.node.spec.in_with else None    # modes not handed back
         while True:
             self.in_statement += 1
             outer, self.current = self.current, task
-            # Grad mode is the thread's, and a statement pauses inside the model: one that paused inside
-            # `with torch.no_grad():` gets that mode back when it resumes, and the model (and every other
-            # statement) runs on in the mode it had. A statement that never pauses keeps what it sets.
             entry, own = is_grad_enabled(), task.grad_mode
             if own is not None and own is not entry:
                 set_grad_enabled(own)
@@ -104,8 +105,7 @@ class Scheduler:
                 self.failed = task.index if self.failed is None else self.failed
                 raise
             finally:
-                self.in_statement -= 1
-                self.current = outer
+                self.in_statement, self.current = self.in_statement - 1, outer
             if own is not None or (request is not None and is_grad_enabled() is not entry):
                 self._hand_back_grad_mode(task, entry)
             if request is None:
@@ -115,7 +115,7 @@ class Scheduler:
                     self.start_ready()
                 return
             try:
-                answered, value = handlers[type(request)](task, request)
+                answered, value = self.handlers[type(request)](task, request)
                 error = None
                 if not answered and contexts is not None and thread_contexts() != contexts:
                     raise self.held_context(task, request)
@@ -127,7 +127,10 @@ class Scheduler:
     @staticmethod
     def _hand_back_grad_mode(task: Task, entry: bool) -> None:
         """After a slice of a statement that set a grad mode of its own and paused (or had paused before): keep
-        its mode for its next slice, and give the model the mode it had when the slice began."""
+        its mode for its next slice, and give the model the mode it had when the slice began. Grad mode is the
+        thread's, and a statement pauses inside the model: one that paused inside `with torch.no_grad():` gets that
+        mode back when it resumes (`_advance`), and the model (and every other statement) runs on in the mode it
+        had. A statement that never pauses keeps what it sets."""
         task.grad_mode = is_grad_enabled()
         if task.grad_mode is not entry:
             set_grad_enabled(entry)
@@ -136,19 +139,15 @@ class Scheduler:
         """The error for a statement that pauses inside `with torch.inference_mode():` or `torch.autocast(...)`:
         those modes are the thread's, so the model would run in them until the statement's event came (grad
         mode, which nbgrad can hand back and forth, is kept to the statement instead). The task waits no more."""
-        self.unpark(task)
+        for key, waiting in list(self.parked.items()):       # it waits no more (resumed with this error instead)
+            waiting[:] = [pair for pair in waiting if pair[0] is not task]
+            if not waiting:
+                del self.parked[key]
         use = getattr(request, "use", None)
         line = self.program.uses[use].line if isinstance(use, int) else None
         return NbgradError("this statement waits for an event inside a `with` block that sets inference mode or "
                            "autocast, and that mode is the thread's: the model would run in it until the event "
                            "came. Read the value first (`h = M.output`), then use it inside the `with` block", line)
-
-    def unpark(self, task: Task) -> None:
-        """Forget that a task waits (it is to be resumed with an error instead)."""
-        for key, waiting in list(self.parked.items()):
-            waiting[:] = [pair for pair in waiting if pair[0] is not task]
-            if not waiting:
-                del self.parked[key]
 
     def park(self, key, task: Task, request) -> tuple:
         """Keep the task until `deliver(key)`; what a handler returns when the event is not there yet."""
@@ -156,8 +155,7 @@ class Scheduler:
         return False, None
 
     def deliver(self, key) -> None:
-        """The event `key` exists now: answer every task parked on it, in source order (a loop's block goes to its
-        loop's on-event function, every other task to the trampoline)."""
+        """The event `key` exists now: answer every task parked on it, in source order, through the trampoline."""
         waiting = self.parked.pop(key, None)
         if not waiting:
             return
@@ -167,15 +165,13 @@ class Scheduler:
                 waiting.sort(key=task_index)
             for task, request in waiting:
                 task.cause = self.cause
-                self.timeline.append((task.index, request.use, self.phase))
-                advance = self._advance if task.loop is None else task.loop.advance
                 try:
                     answered, value = self.handlers[type(request)](task, request)
                 except Exception as raised:
-                    advance(task, None, raised)
+                    self._advance(task, None, raised, request.use)
                     continue
                 if answered:
-                    advance(task, value)
+                    self._advance(task, value, None, request.use)
         finally:
             self.cause = outer
 

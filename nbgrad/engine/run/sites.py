@@ -9,13 +9,13 @@ run the class's forward untouched.
 """
 from __future__ import annotations
 
-import difflib
 import types
 import weakref
 
 from torch import nn
 
 from ...errors import NbgradError
+from ...errors.sitenames import callee_has_no_site, calls_a_module, no_site, not_a_call
 from .skips import ABSENT, gate_in_place, give_back_forward
 from ..compile.sites import NoSourceError, bind, innermost, rewrap, rewritten, site_code
 
@@ -27,28 +27,6 @@ class SiteError(NbgradError, LookupError):
 class SiteNameError(SiteError, AttributeError):
     """`M.source.NAME` for a NAME M's forward has no site of: an AttributeError as well, so that `hasattr` and
     `getattr(..., default)` answer of a source as of any object."""
-
-
-def attention_hint(called: str) -> str:
-    """A fused attention function (sdpa, flash) has no softmax of its own: the pattern is in the eager one."""
-    if "sdpa" in called or "flash" in called:
-        return (": a fused attention function computes the pattern inside one kernel, so it has no site for it; "
-                "load the model with nbgrad.load_model(..., attn_implementation=\"eager\") to reach it")
-    return ""
-
-
-def _pattern_hint(name: str, names) -> str:
-    """A softmax asked of an attention module: the pattern is computed in the function it calls."""
-    calls = [site for site in names if site.startswith("attention_interface")]
-    if "softmax" not in name or not calls:
-        return ""
-    return (f". The attention pattern is computed in the function {calls[-1]} calls: "
-            f"{calls[-1]}.source.nn_functional_softmax_0 (with attn_implementation=\"eager\")")
-
-
-def nearest(name: str, names) -> str:
-    close = difflib.get_close_matches(name, list(names), n=6, cutoff=0.5)
-    return ", ".join(close or list(names)[:12]) or "(none)"
 
 
 class _Handle:
@@ -171,8 +149,7 @@ class ModuleSource(SiteTable):
         if name.startswith("_") and name not in self.names:
             raise AttributeError(name)
         if name not in self.names:
-            raise SiteNameError(f"{self.label} has no site {name!r}; nearest: {nearest(name, self.names)}. "
-                              f"`%source` lists them all{_pattern_hint(name, self.names)}")
+            raise SiteNameError(no_site(self.label, name, self.names))
         return self.site(name)
 
     def __dir__(self):
@@ -232,15 +209,11 @@ class CalleeSource(SiteTable):
     def opened(self, callee):
         """The callee with its sites routed through this table (built once per function)."""
         if isinstance(callee, nn.Module):
-            error = SiteError(f"{self.label}: {self.parent.name} calls a module ({type(callee).__name__}); use that "
-                              f"module's own `.source`")
+            error = SiteError(calls_a_module(self.label, self.parent.name, type(callee).__name__))
             error.path = f".{self.parent.name}.source"     # how the cell's line names it
             raise error
         if callee is bind:
-            siblings = [name for name in self.parent.table.names if name.rsplit("_", 1)[0] ==
-                        self.parent.name.rsplit("_", 1)[0] and name != self.parent.name]
-            error = SiteError(f"{self.label}: {self.parent.name} is an assignment, not a call, so it has no `.source` "
-                              f"(a call site's opens the function it calls){_same_name(siblings)}")
+            error = SiteError(not_a_call(self.label, self.parent.name, self.parent.table.names))
             error.path = f".{self.parent.name}.source"
             raise error
         receiver = getattr(callee, "__self__", None) if isinstance(callee, types.MethodType) else None
@@ -250,8 +223,7 @@ class CalleeSource(SiteTable):
         unknown = [name for name in self.sites if name not in names and self.sites[name].busy()]
         if unknown:
             called = getattr(inner, "__qualname__", type(inner).__name__)
-            error = SiteError(f"{self.label} has no site {unknown[0]!r}; nearest: {nearest(unknown[0], names)}. "
-                              f"{self.parent.name} called {called} in this run{attention_hint(called)}")
+            error = SiteError(callee_has_no_site(self.label, unknown[0], names, self.parent.name, called))
             error.path = f".source.{unknown[0]}"        # how the cell's line names it (after a module or a name)
             raise error
         key = inner.__code__
@@ -259,10 +231,6 @@ class CalleeSource(SiteTable):
             self.copies[key] = rewrap(peeled, rewritten(inner, self.dispatch))
         made = self.copies[key]
         return types.MethodType(made, receiver) if receiver is not None else made
-
-
-def _same_name(siblings: list) -> str:
-    return f". Sites of the same name: {', '.join(siblings)}" if siblings else ""
 
 
 def _body(module: nn.Module):
