@@ -278,10 +278,27 @@ def test_a_persistent_edit_of_a_call_edits_it_at_every_call_of_the_model(rec):
 
 def test_calls_without_an_event_after_it_says_what_to_write(rec):
     model, x = rec
-    for cell, line in [("a = model.cell.calls[1].outptu.save()", 1), ("y = model.output.save()\nc = model.cell.calls[1]", 2)]:
+    for cell, line in [("a = model.cell.calls[1].outptu.save()", 1), ("y = model.output.save()\n"
+                                                                    "c = model.cell.calls[1].outptu", 2)]:
         with pytest.raises(AttributeError, match="'Linear' object has no attribute 'calls'") as caught:
             run(model, x, cell)
         assert caught.value.__notes__ == [f"nbgrad: line {line}: `.calls[k]`, the k-th call of a module, is read with "
                                           f"one of its events right after it, in the same expression: "
                                           f"`M.calls[k].output`, `.input` or `.inputs`"]
     assert hook_count(model) == 0
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_call_bound_to_a_name_reads_edits_and_gives_its_gradient(rec, runner):
+    model, x = rec
+    outs, _, _, _ = plain(model.cell, model, x)
+    ns = run(model, x, "c = model.cell.calls[1]\na = c.output.save()\ni = c.input.save()", runner)
+    assert torch.equal(ns["a"], outs[1]) and torch.equal(ns["i"], torch.tanh(outs[0]))
+    want_outs, _, want_y, _ = plain(model.cell, model, x, edit={1: lambda o: torch.zeros_like(o)})
+    ns = run(model, x, "c = model.cell.calls[1]\nc.output[:] = 0\nb = c.output.save()\ny = model.output.save()", runner)
+    assert torch.equal(ns["b"], want_outs[1]) and torch.allclose(ns["y"], want_y)
+    _, _, _, want = plain(model.cell, model, x, grad_of=1)
+    model.zero_grad(set_to_none=True)
+    ns = run(model, x, "c = model.cell.calls[1]\nwith model.output.sum().backward():\n    g = c.output.grad.save()",
+             runner)
+    assert torch.allclose(ns["g"], want[0]) and hook_count(model) == 0
