@@ -302,3 +302,28 @@ def test_a_call_bound_to_a_name_reads_edits_and_gives_its_gradient(rec, runner):
     ns = run(model, x, "c = model.cell.calls[1]\nwith model.output.sum().backward():\n    g = c.output.grad.save()",
              runner)
     assert torch.allclose(ns["g"], want[0]) and hook_count(model) == 0
+
+
+def test_grad_of_an_indexed_output_says_how_to_write_it(rec):
+    """`h = M.output[0]` is a tensor the loss never used: a `register_hook` on it never fires, so nbgrad refuses
+    h.grad and says to slice the module output's gradient, which equals plain PyTorch's."""
+    model, x = rec
+    fired = []
+
+    def hook(module, args, output):
+        output[0].register_hook(fired.append)
+    handle = model.head.register_forward_hook(hook)
+    try:
+        model(x).sum().backward()
+    finally:
+        handle.remove()
+    assert fired == []
+    with pytest.raises(nbgrad.errors.GradError) as caught:
+        run(model, x, "h = model.head.output[0]\nwith model.output.sum().backward():\n    g = h.grad.save()")
+    assert str(caught.value) == ("line 3: h.grad was never computed by the backward pass of line 2 "
+                                 "(model.output.sum().backward()): the loss does not depend on h. h is a slice taken "
+                                 "after the fact: slicing makes a new tensor that the loss never used. Read .grad of "
+                                 "the tensor itself, then slice the gradient: for h = M.output[0], write "
+                                 "M.output.grad[0]")
+    ns = run(model, x, "h = model.head.output\nwith model.output.sum().backward():\n    g = h.grad[0].save()")
+    assert torch.equal(ns["g"], torch.ones(2)) and hook_count(model) == 0
