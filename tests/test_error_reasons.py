@@ -75,8 +75,8 @@ for i in range(2):
     (GRAD_LOOP.format(slice="[:, -1]", backward="model.output.logits.sum().backward()"), False,
      "line 5: attn_out.grad was never computed by the backward pass of line 6 (model.output.logits.sum().backward()): "
      "the loss does not depend on attn_out. attn_out is a slice taken after the fact: slicing makes a new tensor that "
-     "the loss never used. Read .grad of the tensor itself, then slice the gradient (`attn_out` of the loop's "
-     "iteration 1)"),
+     "the loss never used. Read .grad of the tensor itself, then slice the gradient: for attn_out = M.output[0], "
+     "write M.output.grad[0] (`attn_out` of the loop's iteration 1)"),
     (GRAD_LOOP.format(slice="", backward="model.output.logits.sum().backward()"), True,
      "line 5: attn_out.grad: the cell ran under --no-grad / torch.no_grad(), so nothing records gradients; drop "
      "--no-grad (`attn_out` of the loop's iteration 1)"),

@@ -198,7 +198,8 @@ def grad_never_computed(use, tensor: torch.Tensor, backward_pass, late: bool = F
         return base      # edited in place: how it was made says nothing about the loss
     if made_by.startswith(("Select", "Slice", "Index", "Unbind", "Split")):
         base += (f". {use.target} is a slice taken after the fact: slicing makes a new tensor that the loss "
-                 f"never used. Read .grad of the tensor itself, then slice the gradient")
+                 f"never used. Read .grad of the tensor itself, then slice the gradient: for {use.target} = "
+                 f"M.output[0], write M.output.grad[0]")
     elif tensor._base is not None:
         base += (f". {use.target} is a view made from another tensor after the fact; read .grad of the "
                  f"tensor itself")

@@ -68,6 +68,15 @@ class _OpenSources(ast.NodeTransformer):
             return node
         return _runtime_call("source_of", node.value, node)
 
+    def visit_Assign(self, node):
+        """`c = X.calls[k]`: c is the k-th call, whose events the cell reads as `c.output` (as `b = X` binds a
+        module whose events it reads as `b.output`)."""
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and _is_call(node.value):
+            call = node.value
+            node.value = _runtime_call("call_of", self.visit(call.value.value), call, self.visit(_call_index(call)))
+            return node
+        return self.generic_visit(node)
+
     def visit_Expr(self, node):
         if not _is_skip(node):
             return self.generic_visit(node)
