@@ -276,6 +276,21 @@ def test_a_persistent_edit_of_a_call_edits_it_at_every_call_of_the_model(rec):
     assert torch.allclose(first, want) and torch.allclose(second, want) and hook_count(model) == 0
 
 
+def test_a_persistent_edit_says_the_calls_hint_once_an_install(rec, capsys):
+    """An edit of `M.output` of a module called again is told once, not at every call of the model: each call is
+    a run of its own, and what was said is kept with the edit."""
+    model, x = rec
+    hint = "model.cell ran more than once in this forward"
+    for _ in range(2):
+        edit = nbgrad.edit(model, "model.cell.output[:] = 0")
+        try:
+            model(x), model(x), model(x)
+        finally:
+            edit.remove()
+        assert capsys.readouterr().err.count(hint) == 1
+    assert hook_count(model) == 0
+
+
 def test_calls_without_an_event_after_it_says_what_to_write(rec):
     model, x = rec
     for cell, line in [("a = model.cell.calls[1].outptu.save()", 1), ("y = model.output.save()\n"

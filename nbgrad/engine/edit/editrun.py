@@ -79,6 +79,7 @@ class EditRun(Runtime):
         self.label = edit.label
         self.edit_ref = weakref.ref(edit)
         super().__init__(edit.program, edit.namespace, model=edit.model)
+        self.told_calls = edit.__dict__.setdefault("told_calls", set())     # a hint (run/calls.py) once an install
         if self._gradients is not None:
             self._grad_handlers(self._gradients)
         self.stepping = True
