@@ -84,12 +84,14 @@ def points(lines: list, full, stride: int) -> list:
     mode = full if isinstance(full, str) else "events" if full else ""
     if mode == "events":
         return list(range(1, len(lines) + 1))
-    chosen, first, last = [], set(), {}
+    chosen, last = set(), {}
     for k, (filename, function, line) in enumerate(lines, start=1):
+        new = (filename, line) not in last
         last[(filename, line)] = k
-        new = (filename, line) not in first
-        first.add((filename, line))
-        if (function in SETUP_AND_CLEANUP and (new or mode == "lines")) or (new and mode == "lines") or \
-                (not mode and k % stride == 1):
-            chosen.append(k)
-    return sorted(set(chosen) | (set(last.values()) if mode == "lines" else set()))
+        if mode == "lines":
+            take = new or function in SETUP_AND_CLEANUP
+        else:
+            take = (new and function in SETUP_AND_CLEANUP) or k % stride == 1
+        if take:
+            chosen.add(k)
+    return sorted(chosen | set(last.values())) if mode == "lines" else sorted(chosen)
