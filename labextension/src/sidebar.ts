@@ -80,8 +80,11 @@ export class ModelExplorer extends Widget {
     if (!kernel) {
       this.say('No kernel: start one to see its models.');
       this.tree.replaceChildren();
+      this.shown = '';
+      this.unanswered(0);
       return;
     }
+    this.unanswered(this.pending + 1);
     if (this.comm && !this.comm.isDisposed && this.commKernel === kernel) {
       this.comm.send({ request: 'models' });
       return;
@@ -89,8 +92,15 @@ export class ModelExplorer extends Widget {
     this.open(kernel);
   }
 
+  // The tree says it is busy (aria-busy) while a request for the models is unanswered.
+  private unanswered(count: number): void {
+    this.pending = Math.max(0, count);
+    this.tree.setAttribute('aria-busy', String(this.pending > 0));
+  }
+
   private open(kernel: Kernel.IKernelConnection): void {
     this.closeComm();
+    this.unanswered(1);         // what the closed comm was asked is not answered now
     let answered = false;
     let comm: Kernel.IComm;
     try {
@@ -101,6 +111,7 @@ export class ModelExplorer extends Widget {
       comm.commsOverSubshells = CommsOverSubshells.Disabled;
     } catch (error) {
       this.say('The kernel cannot open comms.');
+      this.unanswered(0);
       return;
     }
     this.comm = comm;
@@ -112,14 +123,18 @@ export class ModelExplorer extends Widget {
         return this.sites.show(this.tree, data);
       }
       this.showModels(data);
+      this.tree.dataset.answered = String(++this.answered);
+      this.unanswered(this.pending - 1);
     };
     comm.onClose = () => {
       if (!answered) {
         this.say('nbgrad is not loaded in this kernel: run %load_ext nbgrad');
         this.tree.replaceChildren();
+        this.shown = '';
       }
       if (this.comm === comm) {
         this.comm = null;
+        this.unanswered(0);
       }
     };
     comm.open({ request: 'models' });
@@ -142,9 +157,16 @@ export class ModelExplorer extends Widget {
     if (!models.length) {
       this.say('No model in the kernel: model = nbgrad.load_model()');
       this.tree.replaceChildren();
+      this.shown = '';
       return;
     }
     this.say(`${models.length} model${models.length > 1 ? 's' : ''} — click a module to insert its path`);
+    // The same models as shown: the tree stays as it is (what is open, scrolled or hovered), its sites are asked anew.
+    const shown = JSON.stringify(models);
+    if (shown === this.shown) {
+      return this.sites.ask(path => this.comm?.send({ request: 'sites', path }));
+    }
+    this.shown = shown;
     this.keepOpened();
     this.tree.replaceChildren(
       ...models.map(model => this.branch(model, true, size(model) <= EAGER_NODES))
@@ -242,6 +264,9 @@ export class ModelExplorer extends Widget {
 
   private followed = new WeakSet<NotebookPanel>();
   private opened = new Set<string>();
+  private shown = '';         // the models the tree shows, as received
+  private pending = 0;        // requests for the models not yet answered
+  private answered = 0;       // replies with the models received (the tree's data-answered)
   private sites = new SitesShown(text => this.insert(text));
   private status: HTMLElement;
   private tree: HTMLElement;

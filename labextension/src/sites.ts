@@ -82,5 +82,10 @@ export class SitesShown {
     });
   }
 
+  // The tree was kept: ask for each list again.
+  ask(request: (path: string) => void): void {
+    this.replies.forEach((_, path) => request(path));
+  }
+
   private replies = new Map<string, ISitesReply | null>(); // path -> its last reply (null: none yet)
 }

@@ -176,6 +176,26 @@ def run_notebook(page, lab: Lab, name: str, cells: list):
     run_all_cells(page)
 
 
+def show_sidebar(page, timeout=60_000):
+    """Show the nbgrad sidebar once every request it made for the models is answered (its tree is not aria-busy):
+    a reply that comes later would rebuild the tree under the test."""
+    page.evaluate("() => window.jupyterapp.shell.activateById('nbgrad-sidebar')")
+    page.wait_for_selector('#nbgrad-sidebar .nbgrad-tree[aria-busy="false"]', state="attached", timeout=timeout)
+
+
+def run_cell_for_sidebar(page, index: int, source: str, timeout=30_000):
+    """Run cell `index` as `source`, and wait until the sidebar has answered the request that its run made."""
+    tree = "#nbgrad-sidebar .nbgrad-tree"
+    answered = int(page.get_attribute(tree, "data-answered") or 0)
+    page.evaluate("([i, s]) => { const n = window.jupyterapp.shell.currentWidget.content;"
+                  " n.widgets[i].model.sharedModel.setSource(s); n.activeCellIndex = i; }", [index, source])
+    run_command(page, "notebook:run-cell")
+    wait_for_kernel_idle(page)
+    page.wait_for_function("([t, a]) => { const e = document.querySelector(t);"
+                           " return +e.dataset.answered > a && e.getAttribute('aria-busy') === 'false'; }",
+                           arg=[tree, answered], timeout=timeout)
+
+
 def open_without_a_kernel(page, lab: Lab, name: str):
     """Open a notebook on a server that has no kernel to give, and answer "No Kernel" when it asks."""
     open_notebook(page, lab, name)

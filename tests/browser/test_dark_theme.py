@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-from labtools import ARTIFACTS, TOKEN, run_notebook, screenshot
+from labtools import ARTIFACTS, TOKEN, run_notebook, screenshot, show_sidebar
 from visualtools import CELLS
 
 SETUP = "%load_ext nbgrad\nimport torch, nbgrad\nmodel = nbgrad.load_model()"
@@ -83,7 +83,7 @@ def test_the_sidebar_and_a_panel_read_in_either_theme(themed, page):
     run_notebook(page, lab, f"{theme}.ipynb", [SETUP, TRACE, BAD])
     page.wait_for_function("l => document.body.dataset.jpThemeLight === l", arg=str(theme == "light").lower(),
                            timeout=60_000)
-    page.evaluate("() => window.jupyterapp.shell.activateById('nbgrad-sidebar')")
+    show_sidebar(page)
     page.wait_for_function("() => { document.querySelectorAll('#nbgrad-sidebar details').forEach(d => d.open = true);"
                            " const g = document.querySelector('#nbgrad-sidebar .nbgrad-grad');"
                            " return !!g && g.offsetParent !== null; }", timeout=60_000)

@@ -3,7 +3,7 @@ inserts paths, magic lines are highlighted, and a saved notebook shows its panel
 import json
 
 from labtools import (Lab, open_notebook, open_without_a_kernel, run_command, run_notebook,
-                      screenshot, wait_for_kernel_idle, write_notebook)
+                      screenshot, show_sidebar, wait_for_kernel_idle, write_notebook)
 
 SETUP = "%load_ext nbgrad\nimport torch, nbgrad\nmodel = nbgrad.load_model()"
 TRACE = ('%%trace model "Hello <img src=x onerror=\\"window.nbgradPwned=1\\"> World" --tokenizer nbgrad.tokenizer_for(model)\n'
@@ -60,7 +60,7 @@ def test_panels_sidebar_highlighting_and_save(lab, lab_root, page):
     screenshot(page, "lab-show-panel-slider")
 
     # The sidebar lists the model tree with the traced shapes; a click inserts the module's path.
-    page.evaluate("() => window.jupyterapp.shell.activateById('nbgrad-sidebar')")
+    show_sidebar(page)
     page.wait_for_selector('.nbgrad-node[data-path="model.transformer.h[3]"]', state="attached", timeout=60_000)
     sidebar = page.locator("#nbgrad-sidebar")
     text = sidebar.inner_text()

@@ -4,7 +4,7 @@ its canonical name the canonical path, and a block's values (`resid_post`...) in
 A remote model is listed with its "remote" mark and where it lives, and after a cell ran on it its rows show that
 run's shapes, as the local model's rows do after the same cell: the handle is nbgrad's own RemoteModel, its
 actor a ModelHolder in the kernel's process (`ray.get` answers at once), as Ray would reach it on a cluster."""
-from labtools import run_notebook, screenshot
+from labtools import run_notebook, screenshot, show_sidebar
 
 SETUP = ("%load_ext nbgrad\n"
          "import torch, nbgrad\n"
@@ -45,7 +45,7 @@ def _inserted(page, cell, click):
 
 def test_canonical_names_are_shown_and_a_click_inserts_the_canonical_path(lab, page):
     run_notebook(page, lab, "canonical.ipynb", [SETUP, REMOTE, *TRACED, ""])
-    page.evaluate("() => window.jupyterapp.shell.activateById('nbgrad-sidebar')")
+    show_sidebar(page)
     row = f'{SIDEBAR} .nbgrad-node-row[data-path="model.transformer.h[3].attn"]'
     _open_tree(page, f"{row} .nbgrad-canonical")
     assert page.locator(f"{row} .nbgrad-canonical").inner_text() == "layers[3].attn"

@@ -1,7 +1,7 @@
 """What a newcomer reads in the sidebar: a module named at length ends in an ellipsis at the sidebar's edge, whole in
 its tooltip and in what a click inserts; the "N edits on" chip keeps a WCAG AA contrast (4.5:1) in the light and the
 dark theme; a module an edit skips says "skipped", and a cell that reads inside it hears that it was skipped."""
-from labtools import run_command, run_notebook, screenshot
+from labtools import run_command, run_notebook, screenshot, show_sidebar
 
 LONG = "residual_stream_projection_into_the_sparse_autoencoder_dictionary"
 SETUP = ("%load_ext nbgrad\nimport torch, nbgrad\nmodel = nbgrad.load_model()\n"
@@ -41,7 +41,7 @@ def _theme(page, name, light):
 
 def test_long_names_edits_and_skips_are_legible(lab, page):
     run_notebook(page, lab, "legible.ipynb", [SETUP, EDIT, READ, ""])
-    page.evaluate("() => window.jupyterapp.shell.activateById('nbgrad-sidebar')")
+    show_sidebar(page)
     name = f'{SIDEBAR} .nbgrad-node[data-path="net.{LONG}"]'
     _open_all(page, name)
     _long_name(page, name)

@@ -1,14 +1,14 @@
 """The sidebar lists a module's sites when asked (its "sites" button), and a click on a site inserts
-`PATH.source.NAME.output` at the cursor. The list stays when the tree is rebuilt after a cell, and a second
-click on the button hides it."""
-from labtools import run_all_cells, run_notebook, screenshot
+`PATH.source.NAME.output` at the cursor. The list stays after a cell, whether the tree is kept (no model changed)
+or rebuilt, and a second click on the button hides it."""
+from labtools import run_cell_for_sidebar, run_notebook, screenshot, show_sidebar
 
 SETUP = "%load_ext nbgrad\nimport torch, nbgrad\nmodel = nbgrad.load_model()"
 
 
 def test_a_modules_sites_are_listed_on_a_click(lab, page):
     run_notebook(page, lab, "sites.ipynb", [SETUP, ""])
-    page.evaluate("() => window.jupyterapp.shell.activateById('nbgrad-sidebar')")
+    show_sidebar(page)
     row = '.nbgrad-node-row[data-path="model.transformer.h[0].attn"]'
     page.wait_for_selector('.nbgrad-node[data-path="model.transformer.h[0]"]', state="attached", timeout=60_000)
     # Open every branch until the row's button shows (the tree is built when the kernel's reply comes).
@@ -32,22 +32,23 @@ def test_a_modules_sites_are_listed_on_a_click(lab, page):
                            ".getSource()")
     assert source == "model.transformer.h[0].attn.source.attention_interface_1.output"
 
-    # The tree is rebuilt after every executed cell (a new `models` reply): the list is still there after it, shown
-    # again from the last reply and asked for anew, and the tree is a new one (the rebuild happened).
+    # A cell that changes no model keeps the tree, and the list is asked for anew; one that changes a model rebuilds
+    # the tree, and the list is still there after it, shown again from the last reply and asked for anew.
     old_row = page.locator(row).element_handle()
-    page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[1].model.sharedModel.setSource('')")
-    run_all_cells(page)
-    page.wait_for_function("old => !old.isConnected", arg=old_row, timeout=30_000)
+    run_cell_for_sidebar(page, 1, "x = 1")
+    assert page.evaluate("old => old.isConnected", old_row)
+    _wait_for_sites(page, sites)
+    run_cell_for_sidebar(page, 1, "model.transformer.h[1].probe = torch.nn.Identity()")
+    assert not page.evaluate("old => old.isConnected", old_row)
     _wait_for_sites(page, sites)
     assert "attention_interface_1" in sites.all_inner_texts()
     page.locator(f"{row} .nbgrad-sites-button").click()           # again: hidden
     page.wait_for_function("() => !document.querySelector('.nbgrad-sites')", timeout=10_000)
     old_row = page.locator(row).element_handle()
-    run_all_cells(page)                                             # and not brought back by the next rebuild
-    page.wait_for_function("old => !old.isConnected", arg=old_row, timeout=30_000)
-    page.locator(row).wait_for(timeout=30_000)
+    run_cell_for_sidebar(page, 1, "del model.transformer.h[1].probe")   # and not brought back by the next rebuild
+    assert not page.evaluate("old => old.isConnected", old_row)
+    assert page.locator(row).count() == 1
     assert page.locator(".nbgrad-sites").count() == 0
-
 
 def _wait_for_sites(page, sites):
     """Wait for the listed sites; on a timeout, say what the sidebar showed instead."""

@@ -9,7 +9,7 @@ import sys
 import nbformat
 from nbclient import NotebookClient
 
-from labtools import ARTIFACTS, run_notebook, screenshot
+from labtools import ARTIFACTS, run_notebook, screenshot, show_sidebar
 from visualtools import CELLS, KINDS, OVERFLOWING, PICTURES
 
 ROW_PX = 8
@@ -57,7 +57,7 @@ def test_every_panel_kind_reads_in_lab(lab, page):
 def _check_sidebar(page):
     """At the sidebar's own width, every type, parameter count, shape and canonical name is whole (never cut at its
     edge), and each branch's row starts on its ▼'s line (a highlighted row too)."""
-    page.evaluate("() => window.jupyterapp.shell.activateById('nbgrad-sidebar')")
+    show_sidebar(page)
     page.wait_for_selector("#nbgrad-sidebar .nbgrad-type", timeout=60_000)
     page.evaluate("() => document.querySelectorAll('#nbgrad-sidebar details').forEach(d => d.open = true)")
     page.wait_for_selector("#nbgrad-sidebar details details .nbgrad-type", timeout=60_000)
