@@ -1,4 +1,5 @@
 import os
+import warnings
 from pathlib import Path
 
 # Every Ray cluster of the tests, and every process that connects to one, authenticates with Ray's token
@@ -17,6 +18,16 @@ torch.manual_seed(0)
 # The tests run tiny models: one thread is fastest, and on a busy machine (CI, or a second `make test`
 # beside this one) more threads than free cores spin against each other and slow every test many-fold.
 torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread(request):
+    """A test that leaves torch on more threads slows every later test of its worker many-fold on a busy machine:
+    put it back, and say which test it was."""
+    yield
+    if torch.get_num_threads() != 1:
+        warnings.warn(f"{request.node.nodeid} left torch on {torch.get_num_threads()} threads")
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

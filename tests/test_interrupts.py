@@ -8,7 +8,10 @@ the next cell's values equal plain PyTorch.
 every `STRIDE`-th other line event, with the cell compiled once; `NBGRAD_INTERRUPT_FULL=1` (`make fuzz`) tries every line, compile included: each
 line's first and last event and every event of set-up and clean-up; `NBGRAD_INTERRUPT_FULL=events` every k (hours).
 """
+import contextlib
 import functools
+import time
+import warnings
 
 import pytest
 import torch
@@ -200,15 +203,38 @@ def sweep(make_runner, cell) -> list:
         run(cell)
     flags = [p.requires_grad for p in model.parameters()]
     failures, planned = [], points(counter.lines, FULL_MODE, STRIDE)
-    k, interrupted = 0, True
+    k, interrupted, log = 0, True, SweepLog(counter.count, len(planned))
     while interrupted and k <= 2 * counter.count:       # the planned k, then on until a run completes
-        k = planned.pop(0) if planned else k + 1
-        interrupted, where, found = try_at(model, run, cell, k, flags)
+        k = planned.pop(0) if planned else k + (1 if FULL else STRIDE)
+        with log.timed(k):
+            interrupted, where, found = try_at(model, run, cell, k, flags)
         if found:
             failures.append((k, where, found))
             model, run = repair(run.namespace, make_runner)
     assert not interrupted, f"the cell never completed: {k} line events"
+    log.say_if_unusual()
     return failures
+
+
+class SweepLog:
+    """How a sweep went: its tries and their times. A sweep that needed more tries than planned (runs longer than
+    the clean one it was planned on) or had a slow try says so in the run's warnings, with what it measured."""
+
+    def __init__(self, events: int, planned: int):
+        self.events, self.planned, self.times = events, planned, []
+
+    @contextlib.contextmanager
+    def timed(self, k):
+        start = time.perf_counter()
+        yield
+        self.times.append((time.perf_counter() - start, k))
+
+    def say_if_unusual(self):
+        extra, slowest = len(self.times) - self.planned, max(self.times)
+        if extra > 1 or slowest[0] > 5:
+            warnings.warn(f"interrupt sweep: {len(self.times)} tries ({self.planned} planned on a clean run of "
+                          f"{self.events} line events), {sum(t for t, _ in self.times):.1f} s in all, slowest "
+                          f"{slowest[0]:.2f} s at k={slowest[1]}; torch threads {torch.get_num_threads()}")
 
 
 def repair(namespace, make_runner):
