@@ -122,9 +122,7 @@ export class ModelExplorer extends Widget {
       if (isSitesReply(data)) {
         return this.sites.show(this.tree, data);
       }
-      this.showModels(data);
-      this.tree.dataset.answered = String(++this.answered);
-      this.unanswered(this.pending - 1);
+      this.answer(data);
     };
     comm.onClose = () => {
       if (!answered) {
@@ -138,6 +136,13 @@ export class ModelExplorer extends Widget {
       }
     };
     comm.open({ request: 'models' });
+  }
+
+  // A reply with the models: shown, and counted (the tree's data-answered).
+  private answer(data: any): void {
+    this.showModels(data);
+    this.tree.dataset.answered = String(++this.answered);
+    this.unanswered(this.pending - 1);
   }
 
   private say(text: string): void {
