@@ -144,6 +144,21 @@ def test_targets_token_text_id_and_metric_agree(default_model):
     by_id = nbgrad.attribute(model, PROMPT, target, method="grad-x-input")
     by_metric = nbgrad.attribute(model, PROMPT, lambda logits: logits[0, -1, target], method="grad-x-input")
     assert torch.equal(by_text.scores, by_id.scores) and torch.equal(by_text.scores, by_metric.scores)
+    assert by_id.notes == by_metric.notes == []
+
+
+def test_a_text_target_of_several_tokens_is_scored_by_its_first_and_says_so(default_model):
+    tokenizer = nbgrad.tokenizer_for(default_model)
+    ids = tokenizer(" Paris", add_special_tokens=False)["input_ids"]
+    assert len(ids) > 1                     # the embedded tokenizer splits " Paris" (" Tuesday" is one token)
+    result = nbgrad.attribute(default_model, "The Eiffel Tower is in the city of", " Paris", method="saliency")
+    pieces = ", ".join(repr(tokenizer.decode([i])) for i in ids)
+    note = (f"target ' Paris' is {len(ids)} tokens ({pieces}): the score is the logit of the first, "
+            f"{tokenizer.decode([ids[0]])!r} (id {ids[0]}); for another token give its id, or a metric logits -> scalar")
+    assert result.notes == [note] and note in repr(result)
+    one = tokenizer.decode([ids[0]])
+    first = nbgrad.attribute(default_model, "The Eiffel Tower is in the city of", one, method="saliency")
+    assert first.notes == [] and torch.equal(first.scores, result.scores)
 
 
 def test_site_paths_in_either_spelling_and_negative_blocks(default_model):

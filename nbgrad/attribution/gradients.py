@@ -10,7 +10,7 @@ from torch import nn
 
 from ..errors import InputError, NbgradError
 from .progress import progress
-from .prompt import Prompt, prepare, scorer, token_id
+from .prompt import Prompt, prepare, scorer, target_notes, token_id
 from .result import Attribution
 from .sites import eval_mode, hooked, main_tensor, replacing, resolve
 
@@ -40,7 +40,8 @@ def attribute(model: nn.Module, input, target, method: str = "ig", site: str | N
     change = None if delta is None else float(attributions.double().sum()) - delta
     labels = prompt.tokens if len(prompt.tokens) == scores.shape[0] else [str(i) for i in range(scores.shape[0])]
     return Attribution(scores=scores, labels=labels, method=method, delta=delta, tokens=prompt.tokens,
-                       sites=[name], change=change, title=_title(model, method, target, name, steps))
+                       sites=[name], change=change, title=_title(model, method, target, name, steps),
+                       notes=target_notes(model, target))
 
 
 class SiteFunction:

@@ -74,6 +74,18 @@ def token_id(model: nn.Module, token) -> int:
                      f"callable logits -> scalar")
 
 
+def target_notes(model: nn.Module, target) -> list:
+    """What the result says of a text target of several tokens: the score is its first token's logit (a token
+    string's first id), which a word split in pieces (" Paris" -> " ", "P", "ar", "is") makes easy to miss."""
+    tokenizer = tokenizer_for(model) if isinstance(target, str) else None
+    ids = tokenizer(target, add_special_tokens=False)["input_ids"] if tokenizer is not None else []
+    if len(ids) < 2:
+        return []
+    pieces = ", ".join(repr(tokenizer.decode([i])) for i in ids)
+    return [f"target {target!r} is {len(ids)} tokens ({pieces}): the score is the logit of the first, "
+            f"{tokenizer.decode([ids[0]])!r} (id {ids[0]}); for another token give its id, or a metric logits -> scalar"]
+
+
 def scorer(model: nn.Module, target):
     """model output -> one score per row: the target token's logit at the last position, or the metric."""
     if callable(target):
