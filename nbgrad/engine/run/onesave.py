@@ -6,9 +6,10 @@ log and resume the statement to save: some fifteen Python calls each, run cold b
 a raw hook does in one. Here the run finds each module as its statement would, by `_modules` (elements.py) and never
 by running the path's code, hooks it (the model's own output is what its call returns, as forward.py answers it),
 and once the model has run does what the resumed statements would have done, in the order their events came: binds
-each NAME to the value of its module's first call and saves it, or says that the first event never came. Each
-statement gets the two rows it would have (started before the model; woken by its one event), and a differential
-test holds the two kinds equal. A path not found that way (a class with ways of its own, a compiled
+each NAME to the value of its module's first call and saves it, or says that the first event never came. It writes no
+timeline row: it leaves what happened (`run.one_reads`), and the core writes each statement's two rows from it
+(started before the model; woken by its one event) when the timeline is read; a differential test holds the two
+kinds equal. A path not found that way (a class with ways of its own, a compiled
 module, a name not bound, a model with a backward hook) goes the general way, from the start: nothing has happened
 yet."""
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ...errors import hints
 from .calls import note_called_again
 from .elements import walk
 from .missing import HOOKABLE, never_ran, note_type
-from .scheduler import AFTER_FORWARD, BEFORE_MODEL, FORWARD
+from .scheduler import AFTER_FORWARD, FORWARD
 
 
 def forward_one(run, reads: tuple, call_args: tuple, call_kwargs: dict) -> bool:
@@ -36,12 +37,12 @@ def forward_one(run, reads: tuple, call_args: tuple, call_kwargs: dict) -> bool:
                                         or torch_module._global_backward_pre_hooks)):
             return False      # (a backward hook on the model wraps its output after the forward hooks have run)
         modules.append(module)
-    forward, hooks, row = run.forward, run.hooks, run.timeline.append
+    forward, hooks = run.forward, run.hooks
     run.unstarted.clear()                           # the statements start, and wait for their events
     kept: dict = {}                                 # key -> the value of its module's first call, in the order of calls
     readers: dict = {}                              # key -> the statements that read it
+    run.one_reads = (len(modules), readers, kept)   # the timeline, which the core writes (scheduler.one_read_rows)
     for index, module in enumerate(modules):
-        row((index, None, BEFORE_MODEL))
         forward.requested.add(index)
         key = (id(module), "output")
         if key not in readers:
@@ -78,10 +79,9 @@ def _kept(forward, kept: dict, key, module, args, value) -> None:
 def _saved(run, reads: tuple, readers: dict, kept: dict, modules: list | None = None) -> None:
     """What the statements do with their values, in the order the events came: saved, then bound (the rewritten
     `NAME = save(...)`). With `modules`, the model has returned: the first statement whose event never came says so."""
-    forward, row, phase, by_id, ns = run.forward, run.timeline.append, run.phase, run.by_id, run.ns
+    forward, by_id, ns = run.forward, run.by_id, run.ns
     for key, value in kept.items():
         for index in readers[key]:
-            row((index, index, phase))
             if type(value) is not Tensor:
                 note_type(forward, index, forward.uses[index], value)
             read = reads[index]

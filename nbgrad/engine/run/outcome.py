@@ -5,6 +5,7 @@ from __future__ import annotations
 from ...errors import for_the_cell, hints, located
 from ..compile.graph import HookGraph, Run
 from ..compile.program import Program
+from .scheduler import one_read_rows
 
 
 def failed_cell(run, error: BaseException) -> BaseException:
@@ -17,14 +18,17 @@ def failed_cell(run, error: BaseException) -> BaseException:
     error = hints.failed_after_replacement(error, forward.last_replacement)
     hints.add_hints(error, forward)
     try:
-        error.nbgrad_graph = run_graph(program, run.timeline, run.failed)
+        error.nbgrad_graph = run_graph(program, run.timeline, run.failed, run.one_reads)
     except AttributeError:
         pass
     return for_the_cell(error)
 
 
-def run_graph(program: Program, timeline: list, failed) -> HookGraph:
-    """The hook graph with what happened in a run: which event woke each statement, and when."""
+def run_graph(program: Program, timeline: list, failed, one_reads=None) -> HookGraph:
+    """The hook graph with what happened in a run: which event woke each statement, and when (for a cell of
+    one-reads, from what it left: `one_reads`)."""
+    if one_reads is not None:
+        timeline = one_read_rows(*one_reads)
     uses, nodes = program.uses, program.graph.nodes
     runs = [Run(node, nodes[node].line, uses[use].describe() if use is not None else None, phase)
             for node, use, phase in timeline]

@@ -59,7 +59,7 @@ class Runtime(Scheduler):
         # The core's state (scheduler.py says what each holds), then the run's
         self.program, self.ns, self.pass_state, self.unstarted = program, namespace, (), list(program.nodes)
         self.finished, self.tasks, self.parked, self.timeline = set(), [], {}, []
-        self.cause = self.current = self.failed = None
+        self.cause = self.current = self.failed = self.one_reads = None
         self.in_statement, self.phase, self.forward_over = 0, BEFORE_MODEL, False
         self.model, self.no_grad, self.rows = model, no_grad, rows     # rows: InvokeRows with `with invoke(...)`
         self.fast = self.hook_loops = fast and program.direct     # the fast statement kinds, where the cell has them
@@ -292,5 +292,5 @@ class Runtime(Scheduler):
         gradients = self._gradients
         # The picture is drawn from the timeline (held, not the run) only when someone looks (a panel, `result.graph`)
         return run_result(self.by_id, self.program.bound_names, self.ns,
-                          Later((run_graph, self.program, self.timeline, self.failed)), shapes,
+                          Later((run_graph, self.program, self.timeline, self.failed, self.one_reads)), shapes,
                           gradients.sources if gradients is not None else None, self.invoke_of)

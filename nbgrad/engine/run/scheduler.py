@@ -43,7 +43,7 @@ class Scheduler:
     means the handler parked the task (see `park`). `hook_loops`: a node with a loop of on-event functions
     (Node.loop) starts as one (`_start_loop`, hookloops.py) where the run can."""
     __slots__ = ("program", "ns", "pass_state", "handlers", "unstarted", "finished", "tasks", "parked", "cause",
-                 "in_statement", "current", "timeline", "phase", "forward_over", "failed", "hook_loops")
+                 "in_statement", "current", "timeline", "phase", "forward_over", "failed", "hook_loops", "one_reads")
 
     # What each slot holds; a run sets them as it is made (Runtime.__init__, with no call of its own): `program`, `ns`;
     # `pass_state`: per backward pass, "pending" | "running" | "done"; `handlers`; `unstarted` nodes; `finished`: their
@@ -192,3 +192,13 @@ class Scheduler:
                 gen.close()
         self.parked.clear()
         self.unstarted.clear()
+
+
+def one_read_rows(count: int, readers: dict, kept: dict) -> list:
+    """The timeline of a cell of one-reads (onesave.py, which runs none of its `count` statements through the core),
+    written when someone reads it, as the core writes a run's: every statement started before the model, then each
+    woken by its event in the order the events came (`kept`'s keys; `readers`: key -> the statements reading it).
+    One whose event never came only started."""
+    rows = [(index, None, BEFORE_MODEL) for index in range(count)]
+    rows += [(index, index, FORWARD) for key in kept for index in readers[key]]
+    return rows
