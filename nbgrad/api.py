@@ -31,9 +31,9 @@ from .models.inputs import call_arguments, input_ids_of
 from .models.loading import remember
 from .models.skeleton import on_skeleton
 from .models.wrongcall import note_input
-from .names import mentions_canonical, rewrite_of
+from .names import rewrite_of
 from .names.misspelt import hint_root_misspelling, root_misspelling_hinted
-from .names.rewrite import eager_attention, in_cell_words, wrap_caches
+from .names.rewrite import eager_attention, in_cell_words, mentions, wrap_caches
 from .views.cache import CachePanel
 
 Cache.panel = CachePanel      # a Cache shown on its own draws its panel (the engine imports no view)
@@ -56,7 +56,7 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
         return _elsewhere(model, input, source, namespace, call_options(locals()))
     if TRACER in check_source(source, "nbgrad.trace"):    # pasted nnsight code: `tracer.cache(...)` (compile/pasted.py)
         source = rewritten(source, namespace)
-    if not _aliased and mentions_canonical(source):      # canonical names (nbgrad/names): the model's own paths
+    if not _aliased and mentions[source]:      # canonical names (nbgrad/names): the model's own paths
         return _canonical_trace(model, input, source, namespace, **_options(locals()))
     if (batch_size, out, engine, workers, column, model_factory, runner) != _DEFAULTS:
         checks.run_options(**_options(locals()))     # a runner known; options of --over only on a run over a dataset

@@ -25,6 +25,20 @@ _ROOT_ATTRIBUTE = re.compile(r"(?<![\w.])[A-Za-z_]\w*\s*\.\s*(?:%s)\b|names\s*=\
 mentions_canonical = _ROOT_ATTRIBUTE.search
 
 
+class _Mentions(dict):
+    """source -> whether it names a canonical expression, searched once per text: a text seen before costs a dict
+    lookup and no Python call (`trace` asks before every cell; the search takes microseconds)."""
+
+    def __missing__(self, source: str) -> bool:
+        if len(self) >= 512:
+            self.clear()
+        found = self[source] = _ROOT_ATTRIBUTE.search(source) is not None
+        return found
+
+
+mentions = _Mentions()
+
+
 def canonical_source(source: str, model, namespace: dict | None) -> str:
     """`source` with its canonical names rewritten into `model`'s own paths (the same text if it has none)."""
     return rewrite_of(source, model, namespace).text
