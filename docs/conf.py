@@ -42,6 +42,7 @@ nb_execution_mode = os.environ.get("NBGRAD_DOCS_EXECUTE", "cache")
 nb_execution_cache_path = os.environ.get("NBGRAD_DOCS_CACHE", str(ROOT / "build" / "jupyter_cache"))
 nb_execution_timeout = 900
 nb_execution_raise_on_error = True
+nb_execution_show_tb = True             # a tutorial that fails says which cell and why, in the build's log
 nb_execution_in_temp = False
 # A panel's static HTML (its pictures as PNG) before any widget view: the site is read with no kernel.
 nb_mime_priority_overrides = [("html", "application/vnd.jupyter.widget-view+json", 90),

@@ -31,8 +31,15 @@ def _build(tmp: Path) -> Path:
     done = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-q",
                            "-d", str(tmp / "doctrees"), str(docs), str(tmp / "site")],
                           env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-4000:]         # -W: a warning fails the build
+    assert done.returncode == 0, _failure(done.stderr)        # -W: a warning fails the build
     return tmp / "site"
+
+
+def _failure(log: str) -> str:
+    """What a failed build said: a failed tutorial's cell and its traceback first (shown with nb_execution_show_tb),
+    then the end of the log."""
+    start = log.find("CellExecutionError")
+    return (log[max(0, start - 500):start + 6000] + "\n...\n" if start >= 0 else "") + log[-3000:]
 
 
 @pytest.fixture(scope="module")
