@@ -176,3 +176,32 @@ def test_an_error_in_an_unrolled_loop_leaves_no_name_of_its_copies_and_a_clean_m
     assert not [name for name in namespace if name.startswith("_nbgrad")]
     assert_clean(model, before)
     assert nbgrad.trace(model, "Paris", "z = model.lm_head.output.save()", namespace).saved["z"].shape[0] == 1
+
+
+class _NeverCopied:
+    def __deepcopy__(self, memo):
+        raise AssertionError("a tree hanging off the parser's shared nodes was copied")
+
+
+def test_a_parent_set_on_the_parsers_shared_nodes_is_never_copied(model):
+    """IPython's tracebacks set `parent` on every node of the trees they parse, the parser's shared context and operator
+    nodes included: after the first traceback of a session, a deep copy of any cell's tree followed them into earlier
+    trees (a cell unrolling a loop of invokes, copied before every run, took seconds in a long session). Here the
+    shared nodes point at something that may not be copied while such a cell compiles and runs."""
+    import ast
+    from nbgrad.engine.compile.astcopy import SHARED
+    cell = ("outs = []\nfor i in range(2):\n    with invoke(corrupt):\n        model.transformer.h[i].output[:, 0] = 0\n"
+            "        outs.append(model.lm_head.output[:, -1].save())\n")
+    shared = {id(node): node for node in ast.walk(ast.parse(cell)) if isinstance(node, SHARED)}
+    assert {type(node).__name__ for node in shared.values()} == {"Load", "Store", "USub"}
+    poisoned = {"model": model, "corrupt": CORRUPT}
+    try:
+        for node in shared.values():
+            node.parent = _NeverCopied()
+        nbgrad.trace(model, None, cell, poisoned, no_grad=True)
+    finally:
+        for node in shared.values():
+            del node.parent
+    plain = {"model": model, "corrupt": CORRUPT}
+    nbgrad.trace(model, None, cell, plain, no_grad=True)
+    assert len(poisoned["outs"]) == 2 and all(torch.equal(a, b) for a, b in zip(poisoned["outs"], plain["outs"]))

@@ -3,8 +3,8 @@ without evaluating `PATH[i]` (Program.containers, Read.at, run/elements.py)."""
 from __future__ import annotations
 
 import ast
-import copy
 
+from .astcopy import copied
 from .cellast import EVENT_ATTRS, const
 
 
@@ -22,7 +22,7 @@ def element_index(builder, use: int, target: ast.expr) -> ast.expr:
     if not attributes or not isinstance(root, ast.Name) or root.id not in builder.globals_only:
         return const(None)
     builder.containers[use] = (root.id, tuple(reversed(attributes)), isinstance(target.slice, ast.Name))
-    return copy.deepcopy(target.slice)
+    return copied(target.slice)
 
 
 def _is_index(node: ast.expr) -> bool:

@@ -15,11 +15,11 @@ blocks allow it (run/hookloops.py)."""
 from __future__ import annotations
 
 import ast
-import copy
 import dataclasses
 import types
 from dataclasses import dataclass
 
+from .astcopy import copied
 from .program import RUNTIME_NAME, TEMP_PREFIX
 from .cellast import EVENT_ATTRS, is_save_call
 from .keeping import basic_index
@@ -59,7 +59,7 @@ def hook_loop(stmt: ast.stmt, builder) -> HookLoop | None:
     container, by_index, path = _loop_path(stmt.iter, name, cell_bound)
     if path is None:
         return None
-    body = copy.deepcopy(stmt.body)
+    body = copied(stmt.body)
     for edit in body:
         target = edit.target if isinstance(edit, ast.AugAssign) else (
             edit.targets[0] if isinstance(edit, ast.Assign) and len(edit.targets) == 1 else None)
@@ -83,7 +83,7 @@ def _hook_list(stmt: ast.Assign, cell_bound: set, filename: str, source: str) ->
         return None
     name, result = generator.target.id, stmt.targets[0].id
     container, by_index, path = _loop_path(generator.iter, name, cell_bound)
-    kept = copy.deepcopy(saved.func.value)           # `E.output[:, -1]`
+    kept = copied(saved.func.value)           # `E.output[:, -1]`
     parent, event = None, kept
     while isinstance(event, ast.Subscript) and basic_index(event.slice):
         parent, event = event, event.value

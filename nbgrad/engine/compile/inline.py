@@ -12,8 +12,8 @@ an error that names the form and what to write instead.
 from __future__ import annotations
 
 import ast
-import copy
 
+from .astcopy import copied
 from .cellast import is_invoke_block, makes_invokes, walk_cell_level
 from .unroll import LOOP_PREFIX, _Substitute
 from ...errors import NbgradError
@@ -87,7 +87,7 @@ class _Inliner:
             raise refused(name, f"in calls nested more than {MOST_DEPTH} deep (does it call itself?)", node.lineno)
         self.serial += 1
         tag = f"{CALL_PREFIX}{self.serial}_"
-        body = copy.deepcopy(definition.body)
+        body = copied(definition.body)
         if earlier:      # its lines are another cell's: its statements stand on the calling line
             for child in (n for stmt in body for n in ast.walk(stmt) if "lineno" in n._attributes):
                 child.lineno, child.end_lineno, child.col_offset, child.end_col_offset = node.lineno, node.lineno, 0, 0
@@ -142,7 +142,7 @@ class _Inliner:
         self.serial += 1
         tag = f"{CALL_PREFIX}{self.serial}_"
         variables = {n.id for g in node.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}
-        node = _Rename({v: tag + v for v in variables}).visit(copy.deepcopy(node))
+        node = _Rename({v: tag + v for v in variables}).visit(copied(node))
         result = ast.Name(tag + "result", ast.Load())
         if isinstance(node, ast.DictComp):
             initial = ast.Dict(keys=[], values=[])

@@ -4,9 +4,9 @@ module a loop yields is hooked ahead and the loop's reads are answered in whatev
 from __future__ import annotations
 
 import ast
-import copy
 import types
 
+from .astcopy import copied
 from .cellast import is_path, opens_source
 from .dataflow import bound_names
 
@@ -95,9 +95,9 @@ def _keep_code(target: ast.expr, conditions: list):
     """The code of `def keep(element): TARGET = element; return COND and ...`."""
     import copy
     element = ast.Name(id="__nbgrad_element", ctx=ast.Load())
-    body = [ast.Assign(targets=[copy.deepcopy(target)], value=element),
-            ast.Return(value=ast.BoolOp(op=ast.And(), values=[copy.deepcopy(c) for c in conditions])
-                       if len(conditions) > 1 else copy.deepcopy(conditions[0]))]
+    body = [ast.Assign(targets=[copied(target)], value=element),
+            ast.Return(value=ast.BoolOp(op=ast.And(), values=[copied(c) for c in conditions])
+                       if len(conditions) > 1 else copied(conditions[0]))]
     arguments = ast.arguments(posonlyargs=[], args=[ast.arg(arg="__nbgrad_element")], vararg=None, kwonlyargs=[],
                               kw_defaults=[], kwarg=None, defaults=[])
     function = ast.FunctionDef(name="keep", args=arguments, body=body, decorator_list=[], returns=None,
@@ -125,7 +125,7 @@ def element_code(variable: str, target: ast.expr, filename: str) -> types.CodeTy
     if isinstance(target, ast.Name):
         return None
     function = ast.Lambda(args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=variable)], kwonlyargs=[],
-                                             kw_defaults=[], defaults=[]), body=copy.deepcopy(target))
+                                             kw_defaults=[], defaults=[]), body=copied(target))
     return compile(ast.fix_missing_locations(ast.Expression(body=function)), filename, "eval")
 
 
@@ -148,7 +148,7 @@ def indexed_container(target: ast.expr, free: frozenset, filename: str):
         fields.append(field)
     if not fields:
         return node.value, None
-    body = parent = copy.deepcopy(target)
+    body = parent = copied(target)
     for field in fields[:-1]:
         parent = parent.value if field == "value" else parent.args[0]
     if fields[-1] == "value":

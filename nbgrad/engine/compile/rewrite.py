@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import ast
-import copy
 
+from .astcopy import copied
 from .cellast import (MODULE_EVENTS, const, generator_function, is_backward_block, is_backward_call, is_event_attr,
                       is_invoke_block, is_save_call, loop_sources, makes_invokes, name, never_runs_yield, position,
                       thunk, touches_events, walk_cell_level)
@@ -73,7 +73,7 @@ class Rewriter(ast.NodeTransformer):
         if called in self.builder.twins or helper is not None:
             self._remember_call(node, helper or called, receiver)
         if helper is not None and not self.in_helper:      # a helper from an earlier cell, an object's method
-            passed = [copy.deepcopy(receiver)] if receiver is not None else []     # for `self`
+            passed = [copied(receiver)] if receiver is not None else []     # for `self`
             call = ast.Call(func=name(self._helper_twin(helper, node.lineno)),
                             args=passed + [self.visit(a) for a in node.args],
                             keywords=[self.visit(k) for k in node.keywords])
@@ -206,8 +206,8 @@ class Rewriter(ast.NodeTransformer):
         passes may be hooked before the run (targets.py). A method's receiver is what it gets for `self`."""
         if self.builder.function is None and not self.in_helper:
             passed = [receiver] if receiver is not None else []
-            self.builder.calls.append(Call(function, copy.deepcopy(passed + node.args),
-                                           {k.arg: copy.deepcopy(k.value) for k in node.keywords if k.arg},
+            self.builder.calls.append(Call(function, copied(passed + node.args),
+                                           {k.arg: copied(k.value) for k in node.keywords if k.arg},
                                            dict(self.builder.loop_sources)))
 
     def _helper_of(self, node: ast.Call) -> tuple:
@@ -224,8 +224,8 @@ class Rewriter(ast.NodeTransformer):
     def _with_twin(self, node: ast.FunctionDef) -> list:
         """`def resid(i): ...` stays as written (a plain function for every other caller) and gets
         `resid.__nbgrad_twin__`, the same body rewritten as a generator for the cell's own calls."""
-        twin = ast.FunctionDef(name=self.builder.temp_name("twin"), args=copy.deepcopy(node.args),
-                               body=copy.deepcopy(node.body) + [never_runs_yield()], decorator_list=[],
+        twin = ast.FunctionDef(name=self.builder.temp_name("twin"), args=copied(node.args),
+                               body=copied(node.body) + [never_runs_yield()], decorator_list=[],
                                returns=None, type_params=[])
         ast.copy_location(twin, node)
         outer, self.hoisted = self.hoisted, []
@@ -244,7 +244,7 @@ class Rewriter(ast.NodeTransformer):
     def _helper_twin(self, helper: str, line: int) -> str:
         """A generator twin of a function defined in an earlier cell, defined where the statement runs; its
         events are placed on the line of the call (the helper's own lines are in another cell)."""
-        twin = copy.deepcopy(self.builder.helpers[helper])
+        twin = copied(self.builder.helpers[helper])
         twin.name, twin.decorator_list = self.builder.temp_name("helper"), []
         twin.body.append(never_runs_yield())
         for child in ast.walk(twin):

@@ -5,9 +5,9 @@ so that statements may read them in any order."""
 from __future__ import annotations
 
 import ast
-import copy
 import dataclasses
 
+from .astcopy import copied
 from .cellast import is_path
 from .dataflow import read_names
 from .loops import element_code, indexed_container, innermost_path, is_module_iterable, loop_variable
@@ -101,7 +101,7 @@ def substituted(target: ast.expr, parameter: str, argument: ast.expr) -> ast.exp
     """`target` (`b.attn`, `reversed(blocks)`, `model.transformer.h[i]`) with the name `parameter` replaced by
     `argument` wherever it stands; None when it does not read that name."""
     replacer = _Replace(parameter, argument)
-    read = replacer.visit(copy.deepcopy(target))
+    read = replacer.visit(copied(target))
     if not replacer.replaced:
         return None
     for node in ast.walk(read):      # no place in the cell's text: it is named by `ast.unparse`, not a span
@@ -119,4 +119,4 @@ class _Replace(ast.NodeTransformer):
         if node.id != self.parameter or not isinstance(node.ctx, ast.Load):
             return node
         self.replaced = True
-        return copy.deepcopy(self.argument)
+        return copied(self.argument)

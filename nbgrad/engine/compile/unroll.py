@@ -12,9 +12,9 @@ in Python. Copies keep their lines; `UNROLLED` marks the nodes whose text is no 
 from __future__ import annotations
 
 import ast
-import copy
 import itertools
 
+from .astcopy import copied
 from .cellast import is_backward_block, is_invoke_block, is_path, walk_cell_level
 from .dataflow import bound_names, read_names
 from ...errors import NbgradError
@@ -61,7 +61,7 @@ def elements_of(body: list, namespace: dict) -> tuple:
             _decided(node, namespace, bound)
         found.append(described)
         return described
-    _Unroller(evaluate).statements(copy.deepcopy(body))
+    _Unroller(evaluate).statements(copied(body))
     return tuple(found)
 
 
@@ -159,10 +159,10 @@ def _element_expr(loop: ast.For, described: tuple) -> ast.expr:
         return ast.Constant(described[1])
     index = described[1:]
     iterable = loop.iter
-    source = copy.deepcopy(iterable)
+    source = copied(iterable)
     if (len(index) == 2 and index[1] == 1 and isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name)
             and iterable.func.id == "enumerate" and len(iterable.args) == 1 and is_path(iterable.args[0])):
-        source, index = copy.deepcopy(iterable.args[0]), index[:1]       # `enumerate(blocks)` -> `blocks[k]`
+        source, index = copied(iterable.args[0]), index[:1]       # `enumerate(blocks)` -> `blocks[k]`
     elif not (len(index) == 1 and is_path(iterable)):
         source = ast.Call(func=ast.Name("list", ast.Load()), args=[source], keywords=[])
     for position in index:
@@ -195,7 +195,7 @@ class _Unroller:
         copies, versions, last = [], {}, None
         for iteration, element in enumerate(described):
             last = {name: _element_expr(loop, part) for name, part in zip(names, element)}
-            body = self._decided([ast.fix_missing_locations(_Substitute(last).visit(copy.deepcopy(stmt)))
+            body = self._decided([ast.fix_missing_locations(_Substitute(last).visit(copied(stmt)))
                                   for stmt in loop.body])
             copies.extend(self.statements(self._renamed(body, _own_names(body), versions, iteration)))
         if last is not None:
@@ -260,7 +260,7 @@ class _Substitute(ast.NodeTransformer):
 
     def visit_Name(self, node):
         if isinstance(node.ctx, ast.Load) and node.id in self.values:
-            return ast.copy_location(_marked(copy.deepcopy(self.values[node.id])), node)
+            return ast.copy_location(_marked(copied(self.values[node.id])), node)
         return node
 
     def generic_visit(self, node):
