@@ -93,7 +93,6 @@ def _is_pure(condition: ast.expr, names: set) -> bool:
 
 def _keep_code(target: ast.expr, conditions: list):
     """The code of `def keep(element): TARGET = element; return COND and ...`."""
-    import copy
     element = ast.Name(id="__nbgrad_element", ctx=ast.Load())
     body = [ast.Assign(targets=[copied(target)], value=element),
             ast.Return(value=ast.BoolOp(op=ast.And(), values=[copied(c) for c in conditions])
