@@ -79,17 +79,22 @@ export class ModelExplorer extends Widget {
     const kernel = panel?.sessionContext.session?.kernel;
     if (!kernel) {
       this.say('No kernel: start one to see its models.');
-      this.tree.replaceChildren();
-      this.shown = '';
+      this.empty();
       this.unanswered(0);
       return;
     }
-    this.unanswered(this.pending + 1);
     if (this.comm && !this.comm.isDisposed && this.commKernel === kernel) {
+      this.unanswered(this.pending + 1);
       this.comm.send({ request: 'models' });
       return;
     }
     this.open(kernel);
+  }
+
+  // No tree: nothing shown, so the next reply with models builds one.
+  private empty(): void {
+    this.tree.replaceChildren();
+    this.shown = '';
   }
 
   // The tree says it is busy (aria-busy) while a request for the models is unanswered.
@@ -127,8 +132,7 @@ export class ModelExplorer extends Widget {
     comm.onClose = () => {
       if (!answered) {
         this.say('nbgrad is not loaded in this kernel: run %load_ext nbgrad');
-        this.tree.replaceChildren();
-        this.shown = '';
+        this.empty();
       }
       if (this.comm === comm) {
         this.comm = null;
@@ -161,8 +165,7 @@ export class ModelExplorer extends Widget {
     const models: IModuleNode[] = Array.isArray(data.models) ? data.models : [];
     if (!models.length) {
       this.say('No model in the kernel: model = nbgrad.load_model()');
-      this.tree.replaceChildren();
-      this.shown = '';
+      this.empty();
       return;
     }
     this.say(`${models.length} model${models.length > 1 ? 's' : ''} — click a module to insert its path`);
