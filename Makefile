@@ -121,7 +121,7 @@ bench: install
 
 # The fuzz test with many random cells, and an interrupt at every line nbgrad runs (minutes).
 fuzz: install
-	NBGRAD_FUZZ_EXAMPLES=2000 NBGRAD_INTERRUPT_FULL=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --durations=10 \
+	NBGRAD_FUZZ_EXAMPLES=2000 NBGRAD_INTERRUPT_FULL=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --timeout=3600 --durations=10 \
 		tests/test_fuzz_cells.py tests/test_interrupts.py
 
 clean:
