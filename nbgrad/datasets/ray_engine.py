@@ -17,6 +17,7 @@ from torch import nn
 from ..engine.compile.compiler import compile_cell
 from ..engine.compile.dataflow import bound_names, read_names
 from .cluster import connected
+from .waiting import off_main
 from ..errors import NbgradError, at_cell_line
 from ..errors.naming import a_or_an
 from ..models import loading
@@ -98,7 +99,7 @@ class RayBatches:
             while pending:
                 yield from self._finish_first(pending, free, ray, kept)
         finally:
-            _settle(ray, [task for _, _, task, _ in pending if task is not None])
+            off_main(_settle, ray, [task for _, _, task, _ in pending if task is not None], limit_s=2 * SETTLE_S)
 
     def _finish_first(self, pending: deque, free: deque, ray, kept: bool):
         start, count, task, actor = pending.popleft()
@@ -106,7 +107,7 @@ class RayBatches:
             yield start, [{}] * count, None
             return
         try:
-            per_example, plain, _ = ray.get(task)
+            per_example, plain, _ = off_main(ray.get, task)
         except ray.exceptions.RayTaskError as error:      # the cell's own error, raised on the worker
             raised = self._from_worker(error)
             raised.__suppress_context__ = True             # Ray's wrapping is not shown; a cause of its own is

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..engine.compile.compiler import compile_cell
 from ..errors import NbgradError, at_cell_line
+from ..datasets.waiting import off_main
 
 INTERRUPT_WAIT_S = 60
 
@@ -27,17 +28,22 @@ def exchange(handle, kind: str, source: str, shipped: dict, input, options: dict
 
 def _wait(handle, task) -> bytes:
     """The run's answer; an interrupt here interrupts the run there and waits for its clean-up to finish, so
-    the model is clean when the interrupt reaches the notebook."""
-    import ray
+    the model is clean when the interrupt reaches the notebook. Both waits are off the main thread (waiting.py)."""
     try:
         return handle._ask(task)
     except KeyboardInterrupt:
-        handle._actor.interrupt.remote()
-        ray.cancel(task)                          # a run still queued behind another is dropped
         try:
-            ray.wait([task], timeout=INTERRUPT_WAIT_S)
+            off_main(_stop_there, handle._actor, task, limit_s=INTERRUPT_WAIT_S)
         finally:
             raise
+
+
+def _stop_there(actor, task) -> None:
+    """The run there is interrupted (its clean-up runs), and is over when this returns."""
+    import ray
+    actor.interrupt.remote()
+    ray.cancel(task)                              # a run still queued behind another is dropped
+    ray.wait([task], timeout=INTERRUPT_WAIT_S)
 
 
 def _as_here(error: BaseException, line, filename: str) -> BaseException:

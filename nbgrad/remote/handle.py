@@ -8,6 +8,7 @@ import re
 from ..errors import NbgradError
 from .actor import holder_class
 from .paths import RemotePath
+from ..datasets.waiting import off_main
 
 LOST = ("the remote model's actor is gone (its process ended or it was killed), and the model with it: "
         "`{name}.restart()` starts a new one (a new actor loads the model again)")
@@ -41,10 +42,11 @@ class RemoteModel:
 
     # --- what goes to the actor
     def _ask(self, task):
-        """`ray.get(task)`; a lost actor is said as such; the actor's own error is raised as it is."""
+        """`ray.get(task)`, waited for off the main thread (waiting.py); a lost actor is said as such; the actor's
+        own error is raised as it is."""
         import ray
         try:
-            return ray.get(task)
+            return off_main(ray.get, task)
         except ray.exceptions.RayActorError as error:
             if getattr(error, "actor_init_failed", False):      # the model could not be made: say why
                 said = [line.strip() for line in str(getattr(error, "error_msg", "")).splitlines()

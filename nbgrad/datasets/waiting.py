@@ -1,0 +1,37 @@
+"""Waiting on Ray from the notebook's main thread, where an interrupt lands: a remote model's requests and
+`--engine ray`'s batches. A thread of its own waits for the answer and the main thread waits on that thread: an
+interrupt then lands in that wait, never inside Ray's client code. Landing there at the wrong line (an interrupt
+comes at any line) can leave one of the connection's locks held, and every later request on that connection, the
+one that stops the run included, hangs for good."""
+from __future__ import annotations
+
+import threading
+
+POLL_S = 0.1           # `_thread.interrupt_main` raises only when the waiting thread wakes: at most this late
+
+
+def off_main(fn, *args, limit_s: float | None = None):
+    """`fn(*args)`, waited for by this thread while another runs it: its value, or its error raised here. On the
+    main thread an interrupt stops the wait, not `fn` (which ends on its own: Ray is told to stop the run). After
+    `limit_s` seconds (when given) the wait ends with None."""
+    if threading.current_thread() is not threading.main_thread():
+        return fn(*args)
+    done, box = threading.Event(), {}
+
+    def run():
+        try:
+            box["value"] = fn(*args)
+        except BaseException as error:        # raised in the waiting thread, as if fn had run there
+            box["error"] = error
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="nbgrad-remote-wait", daemon=True).start()
+    waited = 0.0
+    while not done.wait(POLL_S):
+        waited += POLL_S
+        if limit_s is not None and waited >= limit_s:
+            return None
+    if "error" in box:
+        raise box.pop("error")
+    return box.get("value")
