@@ -26,7 +26,7 @@ def off_main(fn, *args, limit_s: float | None = None):
         finally:
             done.set()
 
-    threading.Thread(target=run, name="nbgrad-remote-wait", daemon=True).start()
+    threading.Thread(target=run, name="nbgrad-ray-wait", daemon=True).start()
     waited = 0.0
     while not done.wait(POLL_S):
         waited += POLL_S
