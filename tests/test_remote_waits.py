@@ -2,11 +2,13 @@
 (nbgrad/datasets/waiting.py). Ray's client holds a lock of its connection while it waits for an answer; an
 interrupt raised there at the wrong line left it held, and the run's stop request, then every request after it,
 hung for good (seen through a `ray://` client under load). Here a fake `ray.get` waits as that client does:
-holding a lock that only a normal return gives back."""
+holding a lock that only a normal return gives back. And a request that changes nothing there is sent again when
+the client's server dropped its result, as seen after a killed actor."""
 import _thread
 import threading
 
 import pytest
+import torch
 
 import nbgrad
 from inprocess import in_process_handle
@@ -72,3 +74,44 @@ def test_off_main_ends_its_wait_at_the_limit_and_runs_a_call_from_another_thread
     thread.start()
     thread.join(30)
     assert names == ["a notebook's own thread"]
+
+
+def dropped_once(monkeypatch, message: str) -> list:
+    """`ray.get` that fails its first request with `message`, as a client server that dropped it; then answers."""
+    failed = []
+
+    def get(answer):
+        if not failed:
+            failed.append(message)
+            raise ValueError(message)
+        return answer
+    monkeypatch.setattr(ray, "get", get)
+    return failed
+
+
+def counting(big, name: str, calls: list) -> None:
+    """Each time the actor's `name` runs, `calls` gets its name."""
+    method = getattr(big._actor.holder, name)
+    setattr(big._actor.holder, name, lambda *args: (calls.append(name), method(*args))[1])
+
+
+def test_a_request_that_changes_nothing_is_sent_again_when_the_client_server_dropped_its_result(monkeypatch):
+    """Seen through a `ray://` client under load, after a killed actor: `restart()`'s first request failed with
+    "ClientObjectRef ... is not found for client ...". A request that changes nothing there is sent again."""
+    big, calls = in_process_handle(monkeypatch, nbgrad.load_model), []
+    counting(big, "read", calls)
+    counting(big, "call", calls)
+    dropped = "ClientObjectRef b'\\x18t' is not found for client ec6772c8"
+    assert dropped_once(monkeypatch, dropped) == []
+    weight = big.read("transformer.wte.weight")
+    assert torch.equal(weight, nbgrad.load_model().transformer.wte.weight) and calls == ["read", "read"]
+    calls.clear()
+    dropped_once(monkeypatch, dropped)
+    with pytest.raises(ValueError, match="is not found for client"):    # `call` runs the user's function: once
+        big.call(lambda model: None)
+    assert calls == ["call"]
+    calls.clear()
+    dropped_once(monkeypatch, "some other error")
+    with pytest.raises(ValueError, match="some other error"):
+        big.read("transformer.wte.weight")
+    assert calls == ["read"]

@@ -33,7 +33,7 @@ class RemoteModel:
         if actor is None:
             actor = holder_class().options(**self._actor_options).remote(self._build)
         self._actor, self._generation, self._forgotten = actor, self._generation + 1, []
-        skeleton, tokenizer, weights, pid, node = cloudpickle.loads(self._ask(actor.describe.remote()))
+        skeleton, tokenizer, weights, pid, node = cloudpickle.loads(self._ask_again(actor.describe.remote))
         self.skeleton, self.tokenizer, self.weight_bytes, self.pid, self.node = skeleton, tokenizer, weights, pid, node
         if tokenizer is not None:
             from ..models.loading import register_tokenizer
@@ -60,9 +60,20 @@ class RemoteModel:
                 raise cause.with_traceback(None) from None
             raise
 
+    def _ask_again(self, submit, *args):
+        """`_ask(submit(*args))` for a request that changes nothing there, so may be sent twice. A `ray://` client
+        whose connection broke under load and came back can find the request's result dropped by the client
+        server ("ClientObjectRef ... is not found for client ..."): the request is then sent again, twice at most."""
+        for attempt in range(3):
+            try:
+                return self._ask(submit(*args))
+            except ValueError as error:
+                if attempt == 2 or "is not found for client" not in str(error):
+                    raise
+
     def read(self, path: str):
         """The parameter or buffer at `path` (`transformer.h.0.mlp.c_fc.weight`), with its `.grad`, on CPU."""
-        value, grad = self._ask(self._actor.read.remote(path))
+        value, grad = self._ask_again(self._actor.read.remote, path)
         if grad is not None:
             value.grad = grad
         return value
@@ -85,7 +96,7 @@ class RemoteModel:
             self._actor.forget.remote(numbers)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        self._ask(self._actor.zero_grad.remote(set_to_none))
+        self._ask_again(self._actor.zero_grad.remote, set_to_none)
 
     def restart(self) -> None:
         """A new actor, which builds the model again (after a lost actor, or to start afresh)."""
