@@ -6,6 +6,7 @@ one that stops the run included, hangs for good."""
 from __future__ import annotations
 
 import threading
+import time
 
 POLL_S = 0.1           # `_thread.interrupt_main` raises only when the waiting thread wakes: at most this late
 
@@ -27,10 +28,9 @@ def off_main(fn, *args, limit_s: float | None = None):
             done.set()
 
     threading.Thread(target=run, name="nbgrad-ray-wait", daemon=True).start()
-    waited = 0.0
+    deadline = None if limit_s is None else time.monotonic() + limit_s
     while not done.wait(POLL_S):
-        waited += POLL_S
-        if limit_s is not None and waited >= limit_s:
+        if deadline is not None and time.monotonic() >= deadline:
             return None
     if "error" in box:
         raise box.pop("error")
