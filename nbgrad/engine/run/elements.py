@@ -1,22 +1,18 @@
-"""`PATH[i]` found by `i` alone (compile/program.py, Read.at): a run does not evaluate
-`model.transformer.h[i]` at every event of a loop, nor `model.transformer.h[-1]` for the one read of the common
-cell. That is torch's Python code (two `Module.__getattr__`, `ModuleList.__getitem__` and what it calls), run cold
-between two operations of the forward or before it: about as much as the rest of what nbgrad does at the event
-(bench/overhead.py, (b) against (b')).
+"""`PATH[i]` found by `i` alone (compile/program.py, Read.at): a run does not evaluate `model.transformer.h[i]` at
+every event of a loop, nor `model.transformer.h[-1]` for the one read of the common cell. That is torch's Python code
+(two `Module.__getattr__`, `ModuleList.__getitem__`), run cold between two operations of the forward or before it:
+about as much as the rest of what nbgrad does at the event (bench/overhead.py, (b) against (b')).
 
-`find`: where no class on the path has an attribute of the path's names, nor a `__getattr__` or `__getattribute__`
-of its own, evaluating the path is looking each name up in `_modules` as `Module.__getattr__` does, and indexing the
-ModuleList is reading its `_modules` by the key `ModuleList.__getitem__` would use (a Sequential's, by place). A path
-through a class with ways of its own is evaluated as written. `walk` does the same for any path of names and constant
-indices: the one-read cell's (onesave.py).
+`find`: where no class on the path has an attribute of the path's names, nor a `__getattr__` or `__getattribute__` of
+its own, evaluating the path is looking each name up in `_modules`, and indexing the ModuleList is reading its
+`_modules` by the key its `__getitem__` would use (a Sequential's, by place); else the path is evaluated as written.
+`walk` does the same for any path of names and constant indices: the one-read cell's (onesave.py).
 
-`hold` and `element`, for a loop: inside the forward, even that lookup costs more than the rest of an event on a
-large model, whose every block leaves the model's own dicts, untouched since it was built, out of the machine's
-caches and address translation (on the GPT-2-small shape, 8 us more at every event than what follows; the forward
-column of `bench/phases.py --small`). So a run looks PATH up once and keeps its blocks by index, and answers from
-them while no module anywhere is registered or replaced (torch's registration hooks bump
-`moduletree._structure_version`), the name is bound to the same object and PATH keeps as many blocks (deleting one
-renumbers the rest, and registers nothing). Anything else is left to the expression."""
+`hold` and `element`, for a loop: on a large model even that lookup, inside the forward, costs more than the rest of an
+event (its dicts are out of the machine's caches: 8 us more per event on the GPT-2-small shape, `bench/phases.py
+--small`). So a run looks PATH up once, keeps its blocks by index and answers from them while no module anywhere is
+registered or replaced (`moduletree._structure_version`), the name is bound to the same object and PATH keeps as many
+blocks (deleting one renumbers the rest, and registers nothing). Anything else is left to the expression."""
 from __future__ import annotations
 
 from itertools import islice

@@ -1,10 +1,8 @@
 """The statement kind "loop of on-event functions": a loop that only edits or saves each block's output
 (compile/hookloops.py), its body called from each block's event as a raw hook would run it, instead of the statement
 resumed there. The core starts it (Scheduler.start_ready, with `hook_loops`: `start_loop` is the Runtime's
-`_start_loop`).
-
-Each block gets a Task with `loop` set, parked on the block's event with the loop's own request, as the statement
-would have parked on it: the core's delivery reaches it (a statement earlier in the source that waits for the same
+`_start_loop`). Each block gets a Task with `loop` set, parked on the block's event with the loop's own request, as
+the statement would have parked on it: the core's delivery reaches it (an earlier statement that waits for the same
 block still goes first), a block that never runs is said by the same message, and a failure is the statement's, at
 its line. The loop ends, as the statement would, when its last block's edit is done."""
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""`M.source.SITE`: sites inside a forward, hookable like modules.
-
-A Site offers `register_forward_pre_hook` / `register_forward_hook` with nn.Module's signatures, so the
-runtime hooks it exactly as it hooks a module (same HookSet, same events, same order and invoke rules).
-While any site of a module holds a hook, the module's instance `forward` is a rewritten copy of its
-forward whose every call and assignment goes through its sites (see compile/sites.py); the handle that
-removes the last hook gives the instance its own forward back. No hook, no copy: runs that name no site
-run the class's forward untouched.
-"""
+"""`M.source.SITE`: sites inside a forward, hookable like modules. A Site offers `register_forward_pre_hook` /
+`register_forward_hook` with nn.Module's signatures, so the runtime hooks it exactly as it hooks a module (same
+HookSet, same events, same order and invoke rules). While any site of a module holds a hook, the module's instance
+`forward` is a rewritten copy of its forward whose every call and assignment goes through its sites (see
+compile/sites.py); the handle that removes the last hook gives the instance its own forward back. No hook, no copy:
+runs that name no site run the class's forward untouched."""
 from __future__ import annotations
 
 import types
