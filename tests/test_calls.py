@@ -212,22 +212,26 @@ def test_output_of_a_module_called_again_says_so_once(rec, capsys):
 CALLS_CELL = ("a = model.cell.calls[0].output.save()\nmodel.cell.calls[1].output[:] = 0\n"
               "h = model.cell.calls[2].output\nwith model.output.sum().backward():\n    g = h.grad.save()")
 NEXT_CELL = "n = model.cell.calls[1].output.save()\ny = model.output.save()"
+# Every call of the cell hooked ahead (k of a loop), its inputs and outputs
+LOOP_CELL = ("i = [model.cell.calls[k].input.save() for k in (2, 0, 1)]\n"
+             "o = [model.cell.calls[k].output.save() for k in reversed(range(3))]")
 
 
+@pytest.mark.parametrize("cell", [CALLS_CELL, LOOP_CELL], ids=["calls", "loop"])
 @pytest.mark.parametrize("runner", RUNNERS)
-def test_an_interrupt_at_every_line_leaves_nothing(rec, runner):
+def test_an_interrupt_at_every_line_leaves_nothing(rec, runner, cell):
     model, x = rec
     outs, _, want_y, _ = plain(model.cell, model, x)
     flags = [p.requires_grad for p in model.parameters()]
-    run(model, x, CALLS_CELL, runner)          # compiled once
+    run(model, x, cell, runner)          # compiled once
     with Injector() as counter:
-        run(model, x, CALLS_CELL, runner)
+        run(model, x, cell, runner)
     problems = []
     for k in range(1, counter.count + 1):
         namespace = {"model": model, "torch": torch}
         try:
             with Injector(k):
-                nbgrad.trace(model, x, CALLS_CELL, namespace, runner=runner)
+                nbgrad.trace(model, x, cell, namespace, runner=runner)
         except KeyboardInterrupt:
             pass
         model.zero_grad(set_to_none=True)
@@ -344,9 +348,21 @@ def test_grad_of_an_indexed_output_says_how_to_write_it(rec):
     assert torch.equal(ns["g"], torch.ones(2)) and hook_count(model) == 0
 
 
-@pytest.mark.xfail(strict=True, reason="a loop over calls whose k is not ascending is not yet hooked ahead: OrderError")
-def test_a_loop_reading_calls_in_reverse_order(rec):
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_loop_reading_calls_in_reverse_order(rec, runner):
+    """k of a loop is known only as it runs: every call of M is hooked ahead, so the loop may read them in any order
+    (and their inputs, and their gradients); an edit of a call that has run is too late, as for any module."""
     model, x = rec
-    outs, _, _, _ = plain(model.cell, model, x)
-    ns = run(model, x, "each = [model.cell.calls[k].output.save() for k in reversed(range(3))]")
-    assert all(torch.equal(a, b) for a, b in zip(ns["each"], outs[::-1]))
+    outs, ins, _, _ = plain(model.cell, model, x)
+    ns = run(model, x, "each = [model.cell.calls[k].output.save() for k in reversed(range(3))]", runner)
+    assert len(ns["each"]) == 3 and all(torch.equal(a, b) for a, b in zip(ns["each"], outs[::-1]))
+    ns = run(model, x, "each = [model.cell.calls[k].input.save() for k in (2, 0, 1)]", runner)
+    assert all(torch.equal(a, ins[k]) for a, k in zip(ns["each"], (2, 0, 1)))
+    _, _, _, want = plain(model.cell, model, x, grad_of=1)
+    model.zero_grad(set_to_none=True)
+    ns = run(model, x, "hs = [model.cell.calls[k].output for k in reversed(range(3))]\n"
+                       "with model.output.sum().backward():\n    g = hs[1].grad.save()", runner)
+    assert torch.allclose(ns["g"], want[0])
+    with pytest.raises(nbgrad.OrderError, match="line 2: model.cell.calls\\[k\\].output is edited too late"):
+        run(model, x, "for k in (2, 1):\n    model.cell.calls[k].output[:] = 0", runner)
+    assert hook_count(model) == 0

@@ -101,6 +101,7 @@ class Target:
     needs: frozenset = frozenset()
     # The path a loop's iterable is made from (loops.innermost_path): never iterated when it is an iterator
     base: types.CodeType | None = None
+    every_call: bool = False      # `code` names M of `M.calls[k]` with k a loop's: every call of M (run/calls.py)
 
 
 @dataclass(frozen=True)

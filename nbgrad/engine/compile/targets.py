@@ -8,7 +8,7 @@ import ast
 import dataclasses
 
 from .astcopy import copied
-from .cellast import is_path
+from .cellast import is_path, opens_source
 from .dataflow import read_names
 from .loops import element_code, indexed_container, innermost_path, is_module_iterable, loop_variable
 from .program import Target
@@ -51,6 +51,8 @@ def forward_targets(builder, free: frozenset, alias_at: dict) -> list:
                            each=each, base=(base := innermost_path(target)) and builder._eval_code(base))
         elif is_path(target, names):
             found = Target(kind, text, builder._eval_code(target), uses=uses)
+        elif (calls := _calls_of(target, names)) is not None:    # `M.calls[k]`, k a loop's: every call of M
+            found = Target(kind, text, builder._eval_code(calls), every_call=True)
         elif (indexed := indexed_container(target, names, builder.filename)) is not None:  # `P[i]`, `P[i].attn`
             found = Target(kind, builder._text(indexed[0]), builder._eval_code(indexed[0]), every_element=True,
                            each=indexed[1])
@@ -63,6 +65,14 @@ def forward_targets(builder, free: frozenset, alias_at: dict) -> list:
             ahead.add(index)
         targets.append(dataclasses.replace(found, needs=needs) if needs else found)
     return targets
+
+
+def _calls_of(target: ast.expr, names: frozenset):
+    """M of `M.calls[k]` (`__nbgrad__.call_of(M, k)`, compile/siteaccess.py) whose k is not known before the run (a
+    loop's), M a path: the run hooks every call of M ahead, so that the loop may read them in any order."""
+    if opens_source(target) and target.func.attr == "call_of" and is_path(target.args[0], names):
+        return target.args[0]
+    return None
 
 
 def _through_calls(builder) -> list:

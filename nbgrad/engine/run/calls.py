@@ -1,19 +1,15 @@
-"""`M.calls[k]`: the k-th call of a module that runs several times in one forward (a recurrent cell, a shared
-layer). The home of that event kind.
-
-The cell's `M.calls[k].output` compiles to the `output` event of `__nbgrad__.call_of(M, k)` (compile/siteaccess.py),
-a CallOf: hookable like a module, so the forward events' handler (forward.py) answers its reads and writes, or parks
-the statement on it, as for any module. What is its own is here: the hook that counts M's calls and passes on only
-the k-th one's event, with the CallOf as the module, so that its key `(id(CallOf), kind)` is delivered to the
-statements waiting on it; and the error for a k past M's last call. `M.output` stays M's first call.
-
-M's calls are counted from 0 by one pre-hook on M, put first and held while any CallOf of M is hooked (all of them
-are removed with the run's hooks, so each run counts from 0).
-"""
+"""`M.calls[k]`: the k-th call of a module that runs several times in one forward (a recurrent cell, a shared layer),
+the home of that event kind. `M.calls[k].output` compiles to the `output` event of `__nbgrad__.call_of(M, k)`
+(compile/siteaccess.py), a CallOf: hookable like a module, so forward.py answers its reads and writes, or parks the
+statement on it, as for any module. Its own are here: the hook that counts M's calls and passes on only the k-th one's
+event, as the CallOf's (key `(id(CallOf), kind)`); for a loop's k, the hook that passes on every call's; the error for
+a k past M's last call. `M.output` stays M's first call. M's calls are counted from 0 by one pre-hook on M, put first
+and held while any CallOf of M is hooked (removed with the run's hooks, so each run counts from 0)."""
 from __future__ import annotations
 
 import sys
 import weakref
+from functools import partial
 
 from torch import nn
 
@@ -138,6 +134,27 @@ def call_of(target, index) -> CallOf:
     if found is None:
         found = calls.by_index[index] = CallOf(calls, index)
     return found
+
+
+def hook_every_call(events, module, kind: str) -> None:
+    """`M.calls[k].EVENT` in a loop whose k is known only as it runs (`for k in reversed(range(3))`): every call of M
+    hooked ahead, each delivered as its CallOf's event, so that the loop may read M's calls in any order. A call a
+    statement waits on already has its own hook, which delivers it; this one passes it by."""
+    hooks, kind = events.runtime.hooks, "input" if kind == "inputs" else kind
+    if not isinstance(module, nn.Module) or (id(module), "calls", kind) in hooks:
+        return
+    calls = call_of(module, 0).calls
+    if kind == "output":
+        def every(mod, args, output):
+            key = (id(call_of(module, calls.current)), "output")
+            return None if key in hooks else events._on_event(key, None, args, output)
+        register = partial(module.register_forward_hook, every)
+    else:
+        def every(mod, args, kwargs):
+            call_id = id(call_of(module, calls.current))
+            return None if (call_id, "input") in hooks else events._on_input(call_id, args, kwargs)
+        register = partial(module.register_forward_pre_hook, every, with_kwargs=True)
+    hooks.add((id(module), "calls", kind), partial(calls.hold, register))
 
 
 def note_called_again(events, key) -> None:

@@ -13,7 +13,7 @@ from ...errors import hints
 from ..compile.program import Read
 from .elements import element, find, hold
 from .hookset import DictHandle
-from .calls import note_called_again
+from .calls import hook_every_call, note_called_again
 from .missing import HOOKABLE, PATH_ERRORS, note_type, path_error
 from .moduletree import compiled_inner
 from .scheduler import Scheduler
@@ -173,7 +173,9 @@ class ForwardEvents:
             if not modules:
                 self.logged = None     # its reads are hooked when asked for, so answered inside the hooks
             for module in modules:
-                if isinstance(module, HOOKABLE):
+                if target.every_call:
+                    hook_every_call(self, module, target.kind)
+                elif isinstance(module, HOOKABLE):
                     self.hook(module, target.kind)
 
     def hook(self, module: nn.Module, kind: str, prepend: bool = False, for_statement: bool = True) -> bool:
