@@ -107,8 +107,12 @@ def test_a_request_that_changes_nothing_is_sent_again_when_the_client_server_dro
     assert torch.equal(weight, nbgrad.load_model().transformer.wte.weight) and calls == ["read", "read"]
     calls.clear()
     dropped_once(monkeypatch, dropped)
-    with pytest.raises(ValueError, match="is not found for client"):    # `call` runs the user's function: once
+    with pytest.raises(nbgrad.NbgradError) as caught:        # `call` runs the user's function: sent once
         big.call(lambda model: None)
+    assert str(caught.value) == (
+        "the cluster's client server dropped the answer to this request: the notebook's connection to it broke and "
+        f"came back (Ray: {dropped}). The request may have run on the actor, and a cell's edits of the model with it; "
+        "run it again, or `the handle.restart()` to start afresh")
     assert calls == ["call"]
     calls.clear()
     dropped_once(monkeypatch, "some other error")

@@ -10,8 +10,15 @@ from .actor import holder_class
 from .paths import RemotePath
 from ..datasets.waiting import off_main
 
+DROPPED = ("the cluster's client server dropped the answer to this request: the notebook's connection to it broke "
+           "and came back (Ray: {error}). The request may have run on the actor, and a cell's edits of the model with "
+           "it; run it again, or `{name}.restart()` to start afresh")
 LOST = ("the remote model's actor is gone (its process ended or it was killed), and the model with it: "
         "`{name}.restart()` starts a new one (a new actor loads the model again)")
+
+
+class DroppedAnswer(NbgradError):
+    """A `ray://` client's server dropped a request's result (`RemoteModel._ask`)."""
 
 
 class RemoteModel:
@@ -59,6 +66,10 @@ class RemoteModel:
             if isinstance(cause, BaseException):
                 raise cause.with_traceback(None) from None
             raise
+        except ValueError as error:         # "ClientObjectRef ... is not found for client ...": said in our words
+            if "is not found for client" in str(error):
+                raise DroppedAnswer(DROPPED.format(error=error, name=self._label)) from error
+            raise
 
     def _ask_again(self, submit, *args):
         """`_ask(submit(*args))` for a request that changes nothing there, so may be sent twice. A `ray://` client
@@ -67,8 +78,8 @@ class RemoteModel:
         for attempt in range(3):
             try:
                 return self._ask(submit(*args))
-            except ValueError as error:
-                if attempt == 2 or "is not found for client" not in str(error):
+            except DroppedAnswer:
+                if attempt == 2:
                     raise
 
     def read(self, path: str):
