@@ -252,6 +252,10 @@ def test_in_invokes_each_counts_its_own_rows(rec):
     ns = run(model, None, "with invoke(xs[:1]):\n    a = model.cell.calls[1].output.save()\n"
              "with invoke(xs[1:]):\n    b = model.cell.calls[2].output.save()", xs=x)
     assert torch.allclose(ns["a"], one[1]) and torch.allclose(ns["b"], two[2])
+    ns = run(model, None, "with invoke(xs[:1]):\n    a = [model.cell.calls[k].output.save() for k in reversed(range(3))]\n"
+             "with invoke(xs[1:]):\n    b = [model.cell.calls[k].output.save() for k in (1, 2, 0)]", xs=x)
+    assert all(torch.allclose(a, o) for a, o in zip(ns["a"], one[::-1])) and len(ns["a"]) == 3
+    assert all(torch.allclose(b, two[k]) for b, k in zip(ns["b"], (1, 2, 0))) and len(ns["b"]) == 3
 
 
 def test_each_generation_step_counts_from_zero():
