@@ -207,21 +207,26 @@ def test_canonical_patterns_run_eagerly_on_the_workers_as_in_the_notebook(cluste
     assert all(torch.allclose(p.sum(-1), torch.ones_like(p.sum(-1))) for p in on_ray["p"])
 
 
-def head_processes() -> set:
+def processes_naming(folder: str) -> set:
+    """The processes whose command line names `folder` (a head's, which all its processes are given)."""
     import psutil
     found = set()
     for process in psutil.process_iter(["cmdline"]):
-        if any("ray-head-" in part for part in process.info["cmdline"] or []):
+        if any(folder in part for part in process.info["cmdline"] or []):
             found.add(process.pid)
     return found
 
 
-def test_a_head_that_does_not_start_in_time_says_so_for_each_try_and_leaves_nothing():
+def test_a_head_that_does_not_start_in_time_says_so_for_each_try_and_leaves_nothing(monkeypatch):
+    """Nothing of this head is left: no process that names its folder, and no folder. Only its own are looked at:
+    the other test worker may start a head of its own meanwhile (a CI run once failed so, on a process of that)."""
     import tempfile
-    from nbgrad.datasets.head import Head
-    folders = set(Path(tempfile.gettempdir()).glob("ray-head-*"))
-    before = head_processes()            # the Ray tests' own head, if it runs
+    from nbgrad.datasets import head
+    made, make = [], tempfile.mkdtemp
+    monkeypatch.setattr(head.tempfile, "mkdtemp", lambda **options: made.append(make(**options)) or made[-1])
     with pytest.raises(nbgrad.NbgradError, match=r"did not start in 2 attempts: attempt 1: the head not started in "
                                                  r"1 s: .*; attempt 2: the head not started in 1 s"):
-        Head(attempts=2, start_s=1)
-    assert head_processes() <= before and set(Path(tempfile.gettempdir()).glob("ray-head-*")) <= folders
+        head.Head(attempts=2, start_s=1)
+    (folder,) = made
+    assert Path(folder).name.startswith("ray-head-") and not Path(folder).exists()
+    assert processes_naming(folder) == set()
