@@ -31,6 +31,14 @@ class Calls:
     def _count(self, module, args):
         self.current += 1
 
+    def at(self, index: int) -> "CallOf":
+        """The CallOf of M's call `index`: the same one for the same index, so that a run finds the same event."""
+        return self.by_index.get(index) or self.by_index.setdefault(index, CallOf(self, index))
+
+    @classmethod
+    def of(cls, module: nn.Module) -> "Calls":     # M's, made on first use and kept while M lives
+        return _calls.get(module) or _calls.setdefault(module, cls(module))
+
     def hold(self, register) -> "CallHandle":
         """`register()` (a hook on M, which returns torch's handle) with M's calls counted while it is held. An
         interrupt at any line leaves nothing behind: the handle is a holder before anything is registered."""
@@ -127,31 +135,24 @@ def call_of(target, index) -> CallOf:
     if index < 0:
         raise NbgradError(f"`.calls[{index}]`: k counts M's calls from 0; a negative k would count from the last "
                           f"call, and the number of calls is not known before the forward ends")
-    calls = _calls.get(target)
-    if calls is None:
-        calls = _calls[target] = Calls(target)
-    found = calls.by_index.get(index)
-    if found is None:
-        found = calls.by_index[index] = CallOf(calls, index)
-    return found
+    return Calls.of(target).at(index)
 
 
 def hook_every_call(events, module, kind: str) -> None:
-    """`M.calls[k].EVENT` in a loop whose k is known only as it runs (`for k in reversed(range(3))`): every call of M
-    hooked ahead, each delivered as its CallOf's event, so that the loop may read M's calls in any order. A call a
-    statement waits on already has its own hook, which delivers it; this one passes it by."""
+    """`M.calls[k].EVENT` in a loop whose k is known only as it runs: every call of M hooked ahead, each delivered as
+    its CallOf's event, so the loop may read them in any order; a call with a hook of its own is passed by."""
     hooks, kind = events.runtime.hooks, "input" if kind == "inputs" else kind
     if not isinstance(module, nn.Module) or (id(module), "calls", kind) in hooks:
         return
-    calls = call_of(module, 0).calls
+    calls = Calls.of(module)
     if kind == "output":
         def every(mod, args, output):
-            key = (id(call_of(module, calls.current)), "output")
+            key = (id(calls.at(calls.current)), "output")
             return None if key in hooks else events._on_event(key, None, args, output)
         register = partial(module.register_forward_hook, every)
     else:
         def every(mod, args, kwargs):
-            call_id = id(call_of(module, calls.current))
+            call_id = id(calls.at(calls.current))
             return None if (call_id, "input") in hooks else events._on_input(call_id, args, kwargs)
         register = partial(module.register_forward_pre_hook, every, with_kwargs=True)
     hooks.add((id(module), "calls", kind), partial(calls.hold, register))
