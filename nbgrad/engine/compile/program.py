@@ -76,7 +76,7 @@ DIRECT_KINDS = frozenset({"output", "grad"})     # the events of a cell that may
 DIRECT_RUNTIME_NAMES = frozenset({"new", "Read", "Write", "save", "GradRead", "GradWrite", "Backward"})
 
 
-@dataclass
+@dataclass(eq=False)       # one of a run's `unstarted` is removed from it by identity, not by comparing fields
 class CompiledNode:
     spec: Node
     code: types.CodeType          # a generator function's code; globals are the cell's namespace

@@ -161,11 +161,11 @@ class ForwardEvents:
 
     def hook_targets(self, targets: list) -> None:
         """Hook, before the model runs, every event whose module can be found already, except a plain path
-        whose every use a statement already waits on (its module is hooked), and a hook loop's blocks."""
+        one of whose uses a statement already waits on (its module is hooked), and a hook loop's blocks."""
         runtime, covered = self.runtime, self.covered
         done, ns = runtime.finished, runtime.ns
         for target in targets:
-            if target.uses and target.uses <= self.requested or target.needs and not target.needs <= done:
+            if target.uses and not target.uses.isdisjoint(self.requested) or target.needs and not target.needs <= done:
                 continue
             if covered and target.text in covered and target.every_element and target.keep is target.each is None:
                 continue                # a HookLoop's blocks, hooked as it started
