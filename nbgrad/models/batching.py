@@ -10,7 +10,7 @@ from ..errors import InputError
 from .inputs import call_arguments, input_device
 from .loading import no_tokenizer_message
 from .limits import check_token_range
-from .padding import Batch, accepts, pad_id, positions_from_mask, remembered, spans_of, token_rows, tokens
+from .padding import Batch, accepts, pad_id, pad_key, positions_from_mask, remembered, spans_of, token_rows, tokens
 
 
 def batch_invokes(values: list, invokes: list, model: nn.Module, tokenizer) -> tuple:
@@ -69,10 +69,9 @@ def _text_batch(values: list, invokes: list, model: nn.Module, tokenizer) -> tup
     each call gets its own copy (a cell may edit its inputs in place)."""
     if tokenizer is None:
         raise InputError(no_tokenizer_message(model), invokes[0].line)
-    pad = pad_id(tokenizer)
     key = (tuple(value if isinstance(value, str) else tuple(value) for value in values)
-           if list in map(type, values) else tuple(values), pad)
-    batch = remembered(tokenizer, key, lambda: Batch(_rows_per_invoke(values, invokes, tokenizer), pad))
+           if list in map(type, values) else tuple(values), pad_key(tokenizer))
+    batch = remembered(tokenizer, key, lambda: Batch(_rows_per_invoke(values, invokes, tokenizer), pad_id(tokenizer)))
     check_token_range(batch.low, batch.high, batch.stacked.shape[-1], model)
     return (), batch.call_kwargs(model, input_device(model)), batch.spans
 

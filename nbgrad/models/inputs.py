@@ -13,7 +13,7 @@ from ..errors import InputError
 from ..errors.naming import a_or_an
 from .limits import check_token_ids, input_embeddings
 from .loading import no_tokenizer_message, processor_for
-from .padding import Batch, pad_id, remembered, token_rows
+from .padding import Batch, pad_id, pad_key, remembered, token_rows
 
 # (id(ids), id(model)) -> (ids, their version, model, structure version, input embeddings) of the last few
 # id tensors whose check passed, held weakly: a loop of cells on the same ids checks them once.
@@ -131,9 +131,8 @@ def _encode(text, tokenizer, model: nn.Module) -> dict:
 
 def _padded_prompts(prompts: list, tokenizer, model: nn.Module) -> dict:
     """A list of prompts as one batch, padded as invokes are (padding.py): each row equals its prompt alone."""
-    pad = pad_id(tokenizer)
-    batch = remembered(tokenizer, ("one batch", tuple(prompts), pad),
-                       lambda: Batch([token_rows(tokenizer, prompts)], pad))
+    batch = remembered(tokenizer, ("one batch", tuple(prompts), pad_key(tokenizer)),
+                       lambda: Batch([token_rows(tokenizer, prompts)], pad_id(tokenizer)))
     return batch.call_kwargs(model, None)
 
 

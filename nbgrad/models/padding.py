@@ -39,6 +39,20 @@ def pad_id(tokenizer) -> int:
     return pad if pad is not None else (getattr(tokenizer, "eos_token_id", None) or 0)
 
 
+def pad_key(tokenizer):
+    """What the pad id is made from, for the key of a kept batch: a transformers tokenizer keeps its special tokens
+    in a dict, and looks `pad_token_id` up token to id at each read (some ten Python calls, run cold before every
+    cell with invokes); the two tokens it is made from are two reads of that dict. Else the pad id itself. (The id
+    of a token changes only with the vocabulary's size, which every key holds: `remembered`.)"""
+    special = getattr(tokenizer, "__dict__", _NO_DICT).get("_special_tokens_map")
+    if type(special) is dict:
+        return special.get("pad_token"), special.get("eos_token")
+    return pad_id(tokenizer)
+
+
+_NO_DICT: dict = {}
+
+
 # Per tokenizer, what its prompts gave: token ids per prompt, and whole padded batches per set of
 # INPUTs (a notebook runs the same clean and corrupt prompts cell after cell). Keyed by what
 # changes a tokenizer's output: its vocabulary size, the BOS/EOS flags and, for a batch, the pad id.
@@ -124,7 +138,8 @@ class Batch:
     def call_kwargs(self, model: nn.Module, device) -> dict:
         """`input_ids`, `attention_mask` and, where the model's forward takes them, `position_ids`: a fresh copy
         on `device` (None: where they are; a cell may edit its inputs in place)."""
-        stacked = self.stacked.clone() if device is None else self.stacked.to(device, copy=True)
+        stacked = self.stacked      # (a clone where it is: `to(device, copy=True)` does more to find that out)
+        stacked = stacked.clone() if device is None or device == stacked.device else stacked.to(device, copy=True)
         ids, mask, positions = stacked.unbind()
         kwargs = {"input_ids": ids, "attention_mask": mask}
         if accepts(model, "position_ids"):
