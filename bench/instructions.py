@@ -24,7 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCENARIOS = ("(a) save one block output", "(b) save every block output", "(c) scale every block in place",
-             "(b') (b) looping over the blocks", "(e) one block's gradient")
+             "(b') (b) looping over the blocks", "(e) one block's gradient", "(f) two invokes with a patch",
+             "(g) an MLP of one's own, floats")
 
 
 def scenario_runs(label: str) -> tuple:
@@ -35,6 +36,10 @@ def scenario_runs(label: str) -> tuple:
     ids = nbgrad.tokenizer_for(model)("The capital of France is Paris. The cat sat on the mat.",
                                       return_tensors="pt")["input_ids"]
     zero = functools.partial(model.zero_grad, set_to_none=True)
+    if label.startswith("(f)"):            # the prompts tokenized and padded in every nbgrad run, as in overhead.py
+        return o.invoke_pair(model, nbgrad.tokenizer_for(model))
+    if label.startswith("(g)"):
+        return o.own_model_pair("cpu")[:2]
     cell, raw = {"(a)": (o.SAVE_ONE, o.raw_save_one), "(b)": (o.SAVE_ALL, o.raw_save_all),
                  "(c)": (o.SCALE_ALL, o.raw_scale_all), "(b')": (o.SAVE_ALL_LOOP, o.raw_save_all),
                  "(e)": (o.GRAD_ONE, o.raw_grad_one)}[label.split()[0]]

@@ -111,13 +111,18 @@ def raw_patch_batch(model, batch):
 def invoke_scenario(model, runs: int, tokenizer) -> tuple:
     """(f): two invokes with a patch vs the same patch with raw hooks on a batch. nbgrad tokenizes and
     pads the two prompts in every run; the raw hooks get the batch made once, outside the timing."""
+    return paired(*invoke_pair(model, tokenizer), runs)
+
+
+def invoke_pair(model, tokenizer) -> tuple:
+    """(nbgrad's run, raw hooks' run) of (f) (bench/instructions.py counts them too)."""
     from nbgrad.models.batching import batch_invokes
     from nbgrad.engine.compile.compiler import compile_cell
     namespace = {"model": model, "CLEAN": "The Eiffel Tower is in the city of", "CORRUPT": "The Colosseum is in"}
     program = compile_cell(PATCH_INVOKES)
     _, batch, _ = batch_invokes([namespace["CLEAN"], namespace["CORRUPT"]], program.invokes, model, tokenizer)
-    return paired(lambda: nbgrad.trace(model, None, PATCH_INVOKES, namespace, no_grad=True, tokenizer=tokenizer),
-                  lambda: raw_patch_batch(model, batch), runs)
+    return (lambda: nbgrad.trace(model, None, PATCH_INVOKES, namespace, no_grad=True, tokenizer=tokenizer),
+            lambda: raw_patch_batch(model, batch))
 
 
 _SYNC = []          # [torch.cuda.synchronize] with --device cuda: a run's time includes the kernels it queued
@@ -233,6 +238,13 @@ def own_model_rows(runs: int, device) -> dict:
     no input embeddings), one layer's output and the model's saved, against the same with a raw hook. Its forward
     takes tens of microseconds, so the ratio is mostly the fixed cost: the row says what a traced step of a loop
     over such a model costs."""
+    ours, raw, x = own_model_pair(device)
+    label = "(g) an MLP of one's own, floats"
+    return {label: paired(ours, raw, runs)}, {label: memory_ratio(ours, raw, x.device.type)}
+
+
+def own_model_pair(device) -> tuple:
+    """(nbgrad's run, raw hooks' run, the input) of (g) (bench/instructions.py counts them too)."""
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
                               torch.nn.Linear(64, 4)).to(device)
@@ -246,9 +258,7 @@ def own_model_rows(runs: int, device) -> dict:
         finally:
             handle.remove()
         return kept
-    ours = lambda: nbgrad.trace(mlp, x, OWN_MODEL_CELL)       # noqa: E731
-    label = "(g) an MLP of one's own, floats"
-    return {label: paired(ours, raw, runs)}, {label: memory_ratio(ours, raw, x.device.type)}
+    return (lambda: nbgrad.trace(mlp, x, OWN_MODEL_CELL)), raw, x
 
 
 def machine_load() -> str:
