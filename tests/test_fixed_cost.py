@@ -48,6 +48,17 @@ OWN_MODEL_CALL_BUDGET = 25
 TWO_READS_OF_ONES_OWN = "h = model[1].output.save()\ny = model.output.save()"
 OWN_MODEL_TWO_READS_CALL_BUDGET = 28
 TENSOR_OP_BUDGET = 0
+# bench/overhead.py's (f), two invokes with a patch: 82 calls, every statement a generator started, parked and resumed
+# (85 before a started node was removed from the unstarted by identity, not by comparing its fields, and a target one
+# of whose uses a statement waits on was no longer looked up again)
+PATCH_INVOKES = """
+with invoke(CLEAN):
+    clean = model.transformer.h[3].output[:, -1].save()
+with invoke(CORRUPT):
+    model.transformer.h[3].output[:, -1] = clean
+    patched = model.lm_head.output[:, -1].save()
+"""
+INVOKES_CALL_BUDGET = 84
 
 
 def _nbgrad_calls(run) -> collections.Counter:
@@ -99,6 +110,14 @@ def test_a_cell_on_a_model_of_ones_own_makes_few_python_calls_into_nbgrad(source
     mlp = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
     x = torch.randn(3, 4)
     _assert_calls_within(lambda: nbgrad.trace(mlp, x, source), budget)
+
+
+def test_a_cell_of_two_invokes_makes_few_python_calls_into_nbgrad(default_model):
+    namespace = {"model": default_model, "CLEAN": "The Eiffel Tower is in the city of",
+                 "CORRUPT": "The Colosseum is in"}
+    tokenizer = nbgrad.tokenizer_for(default_model)
+    _assert_calls_within(lambda: nbgrad.trace(default_model, None, PATCH_INVOKES, namespace, no_grad=True,
+                                              tokenizer=tokenizer), INVOKES_CALL_BUDGET)
 
 
 def _assert_calls_within(run, budget: int) -> None:
