@@ -21,7 +21,7 @@ from .loops import (aliases, element_code, indexed_container, innermost_path, is
 from .graph import BackwardPass, EventUse, HookGraph, Node, in_statement
 from .program import RUNTIME_NAME, TEMP_PREFIX, CompiledNode, Invoke, Program, Target, runtime_names
 from .containers import argument_names
-from .hookloops import hook_loop, with_use
+from .hookloops import hook_loop, on_event, with_use
 from .keeping import keeps_only, one_save
 from .rewrite import Rewriter
 from .methods import cell_methods, instances
@@ -262,7 +262,9 @@ class _Builder:
                     source=text, reads=frozenset(reads), binds=frozenset(names | mutated),
                     mutated=frozenset((mutated - names) | augmented), grad_reads=frozenset(grad_reads),
                     events=tuple(self.uses[first_use:]), block=block, starts_passes=starts, invoke=invoke)
-        return CompiledNode(spec, code, loop and with_use(loop, spec.events, first_use))
+        one = on_event(rewritten, global_names, stmt.lineno, self.filename) if block is None and not loop else None
+        one = one if one is not None and self.uses[one.use].kind == "output" else None
+        return CompiledNode(spec, code, loop and with_use(loop, spec.events, first_use), one)
 
     def _calls_stop(self, stmt: ast.stmt) -> bool:
         """Whether a statement calls `stop()` (nbgrad's: the cell binds no `stop` of its own)."""

@@ -176,3 +176,91 @@ def _function(body: list, line: int, filename: str, parameters: tuple = (VALUE,)
     module_code = compile(module, filename, "exec")
     code = next(const for const in module_code.co_consts if isinstance(const, types.CodeType))
     return code.replace(co_name="<cell>", co_qualname="<cell>")     # what a traceback shows, as for a statement
+
+
+# What an on-event statement may hold, rewritten, beside its one request and its saves: what only reads and computes
+# (no call, which could run before the event in a generator and after it here; no branch, which could pass the event by)
+_ONE = (ast.Assign, ast.AugAssign, ast.Expr, ast.Name, ast.Constant, ast.Attribute, ast.Subscript, ast.Slice,
+        ast.Tuple, ast.List, ast.BinOp, ast.UnaryOp, ast.Compare, ast.expr_context, ast.operator, ast.unaryop,
+        ast.cmpop)
+
+
+@dataclass(frozen=True)
+class OnEvent:
+    """The statement kind "on-event function": a statement whose one event is the output of a module at a path of
+    attributes and constant indices (`clean = model.transformer.h[3].output[:, -1].save()`), also compiled as a plain
+    function of that value, which a run calls from the event (run/hookloops.py, start_one) instead of starting a
+    generator, parking it and resuming it there."""
+    root: str                     # the path's root name, and its steps: attribute names and int indices (elements.walk)
+    steps: tuple
+    use: int                      # the use id of its event
+    body: types.CodeType          # `def <cell>(__nbgrad_value): global ...; <the statement, the event read as the value>`
+
+
+def on_event(rewritten: list, global_names: list, line: int, filename: str) -> OnEvent | None:
+    """The OnEvent a rewritten statement is (one request, a Read of a static path's output, nothing that calls or
+    branches); else None."""
+    body, found = copied(rewritten), []
+    if not all(isinstance(statement, (ast.Assign, ast.AugAssign, ast.Expr)) and _only_reads(statement, found)
+               for statement in body) or len(found) != 1:
+        return None
+    read = _static_read(found[0].value)
+    if read is None:
+        return None
+    body = [_AsValue(found[0]).visit(statement) for statement in body]
+    statements = ([ast.Global(names=list(global_names))] if global_names else []) + body
+    return OnEvent(*read, _function(statements, line, filename))
+
+
+class _AsValue(ast.NodeTransformer):
+    """The request read as the function's parameter."""
+    def __init__(self, request: ast.Yield):
+        self.request = request
+
+    def visit_Yield(self, node: ast.Yield) -> ast.expr:
+        return ast.copy_location(ast.Name(id=VALUE, ctx=ast.Load()), node) if node is self.request else node
+
+
+def _only_reads(node: ast.AST, found: list) -> bool:
+    """Whether `node` holds only what _ONE allows, saves and requests (into `found`, not looked inside)."""
+    if isinstance(node, ast.Yield):
+        found.append(node)
+        return True
+    if isinstance(node, ast.Call) and not node.keywords and _is_runtime(node.func, "save") or isinstance(node, _ONE):
+        return all(_only_reads(child, found) for child in ast.iter_child_nodes(node))
+    return False
+
+
+def _is_runtime(node: ast.expr, attribute: str) -> bool:
+    """`__nbgrad__.attribute`."""
+    return (isinstance(node, ast.Attribute) and node.attr == attribute and isinstance(node.value, ast.Name)
+            and node.value.id == RUNTIME_NAME)
+
+
+def _static_read(request: ast.expr) -> tuple | None:
+    """(root, steps, use) of `__nbgrad__.new(__nbgrad__.Read, (lambda: PATH, use, at))`, PATH's steps attribute names
+    and int constants; else None."""
+    if not (isinstance(request, ast.Call) and _is_runtime(request.func, "new") and len(request.args) == 2
+            and _is_runtime(request.args[0], "Read") and isinstance(request.args[1], ast.Tuple)):
+        return None
+    parts = request.args[1].elts
+    if not (len(parts) == 3 and isinstance(parts[0], ast.Lambda) and isinstance(parts[1], ast.Constant)):
+        return None
+    node, steps = parts[0].body, []
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        if isinstance(node, ast.Attribute):
+            if node.attr in _NOT_OPERANDS:
+                return None
+            steps.append(node.attr)
+        else:
+            index = node.slice
+            if isinstance(index, ast.UnaryOp) and isinstance(index.op, ast.USub) and isinstance(
+                    index.operand, ast.Constant) and type(index.operand.value) is int:
+                index = ast.Constant(-index.operand.value)
+            if not (isinstance(index, ast.Constant) and type(index.value) is int):
+                return None
+            steps.append(index.value)
+        node = node.value
+    if not isinstance(node, ast.Name) or not steps:
+        return None
+    return node.id, tuple(reversed(steps)), parts[1].value

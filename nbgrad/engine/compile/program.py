@@ -83,6 +83,7 @@ class CompiledNode:
     # A loop whose body only edits each block's output (compile/hookloops.py): a run with the fast kinds may call the body from
     # each block's event instead of resuming the statement there
     loop: Any = None
+    one: Any = None               # a statement of one event, a static path's output (compile/hookloops.py, OnEvent)
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,7 @@ class Program:
     # outputs and their gradients, start backward passes and save, with no invoke, input event, cache, stop, site or
     # skip, and no `with` block around a read (whose context the general scheduler keeps to the statement)
     direct: bool = field(init=False, default=False)
+    one_events: bool = field(init=False, default=False)   # the same, invokes allowed: for on-event statements alone
     row_zero: bool = field(init=False, default=False)     # a use is written `M.output[0]` (a hint to check)
     # A direct cell that only reads, binds and saves, every read hooked ahead: nothing it does can change the forward
     # or depend on when it runs, so a run may log the events and run the statements on the log after the model has
@@ -168,9 +170,10 @@ class Program:
         self.late_targets = [target for target in self.forward_targets if target.needs]
         self.has_gradients = bool(self.graph.passes) or any(use.kind == "grad" for use in self.uses)
         self.row_zero = any(use.row_zero for use in self.uses)
-        self.direct = (self.mode == "trace" and not self.invokes and self.runtime_names <= DIRECT_RUNTIME_NAMES
-                       and all(use.kind in DIRECT_KINDS for use in self.uses)
-                       and not any(node.spec.in_with or node.spec.after for node in self.nodes))
+        self.one_events = (self.mode == "trace" and self.runtime_names <= DIRECT_RUNTIME_NAMES
+                           and all(use.kind in DIRECT_KINDS for use in self.uses)
+                           and not any(node.spec.in_with or node.spec.after for node in self.nodes))
+        self.direct = self.one_events and not self.invokes
         self.quiet = (self.direct and self.keeps_only and not self.has_gradients
                       and not any(use.write for use in self.uses))
         if not (self.quiet and self.one_save and len(self.nodes) == len(self.uses) == len(self.one_save)

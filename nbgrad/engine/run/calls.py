@@ -1,10 +1,8 @@
-"""`M.calls[k]`: the k-th call of a module that runs several times in one forward (a recurrent cell, a shared layer),
-the home of that event kind. `M.calls[k].output` compiles to the `output` event of `__nbgrad__.call_of(M, k)`
-(compile/siteaccess.py), a CallOf: hookable like a module, so forward.py answers its reads and writes, or parks the
-statement on it, as for any module. Its own are here: the hook that counts M's calls and passes on only the k-th one's
-event, as the CallOf's (key `(id(CallOf), kind)`); for a loop's k, the hook that passes on every call's; the error for
-a k past M's last call. `M.output` stays M's first call. M's calls are counted from 0 by one pre-hook on M, put first
-and held while any CallOf of M is hooked (removed with the run's hooks, so each run counts from 0)."""
+"""`M.calls[k]`, the k-th call of a module run several times in one forward, the home of that event kind: the `output`
+event of `__nbgrad__.call_of(M, k)` (compile/siteaccess.py), a CallOf, hookable like a module (forward.py answers it).
+Here: the hook that counts M's calls and passes on the k-th one's event as the CallOf's (key `(id(CallOf), kind)`),
+for a loop's k every call's; the error for a k past M's last call. `M.output` stays M's first call. One pre-hook on M,
+put first, counts from 0 while any CallOf of M is hooked (removed with the run's hooks: each run counts from 0)."""
 from __future__ import annotations
 
 import sys

@@ -1,13 +1,10 @@
 """`PATH[i]` found by `i` alone (compile/program.py, Read.at): a run does not evaluate `model.transformer.h[i]` at
-every event of a loop, nor `model.transformer.h[-1]` for the one read of the common cell. That is torch's Python code
-(two `Module.__getattr__`, `ModuleList.__getitem__`), run cold between two operations of the forward or before it:
-about as much as the rest of what nbgrad does at the event (bench/overhead.py, (b) against (b')).
-
+every event of a loop, nor `model.transformer.h[-1]` for the one read of the common cell: torch's Python code (two
+`Module.__getattr__`, `ModuleList.__getitem__`), run cold, about as much as the rest of an event ((b) against (b')).
 `find`: where no class on the path has an attribute of the path's names, nor a `__getattr__` or `__getattribute__` of
 its own, evaluating the path is looking each name up in `_modules`, and indexing the ModuleList is reading its
 `_modules` by the key its `__getitem__` would use (a Sequential's, by place); else the path is evaluated as written.
-`walk` does the same for any path of names and constant indices: the one-read cell's (onesave.py).
-
+`walk` does the same for any path of names and constant indices (the one-read cell's, an on-event statement's).
 `hold` and `element`, for a loop: on a large model even that lookup, inside the forward, costs more than the rest of an
 event (its dicts are out of the machine's caches: 8 us more per event on the GPT-2-small shape, `bench/phases.py
 --small`). So a run looks PATH up once, keeps its blocks by index and answers from them while no module anywhere is

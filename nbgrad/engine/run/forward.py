@@ -56,8 +56,6 @@ class ForwardEvents:
         self.held = None                 # use id -> where its loop's `PATH[i]` finds blocks (elements.py), or False
         self.covered = frozenset()       # the PATHs of loops whose blocks are hooked by their Steps (hookloops.py)
 
-    # --- requests -------------------------------------------------------------------------------
-
     def read(self, task, request):
         module = task.module        # the module it was parked on, when it is being woken
         if module is not None:
@@ -157,8 +155,6 @@ class ForwardEvents:
             found = held[use_id] = hold(ns, spec) or False
         return element(found, ns, at) if found else None
 
-    # --- hooks ----------------------------------------------------------------------------------
-
     def hook_targets(self, targets: list) -> None:
         """Hook, before the model runs, every event whose module can be found already, except a plain path
         one of whose uses a statement already waits on (its module is hooked), and a hook loop's blocks."""
@@ -205,8 +201,6 @@ class ForwardEvents:
             return self._on_input(module_id, args, kwargs)
         return hooks.add((module_id, "input"), lambda: module.register_forward_pre_hook(
             on_input, with_kwargs=True, prepend=prepend))
-
-    # --- events ---------------------------------------------------------------------------------
 
     def _on_event(self, key, module, args, value):
         """An event fires: `value` is what the module returned or was called with. Called as a forward hook

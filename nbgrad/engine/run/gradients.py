@@ -61,8 +61,6 @@ class GradientEvents:
         self.hooked: dict = {}           # id(tensor) -> (tensor, its version when hooked)
         self.freed_by = None             # the latest pass that ran without keeping its graph (retain_graph)
 
-    # --- requests -------------------------------------------------------------------------------
-
     def read(self, task, request):
         tensor, use, pass_index = request.tensor, self.uses[request.use], request.pass_index
         if not isinstance(tensor, torch.Tensor):

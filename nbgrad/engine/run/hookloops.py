@@ -1,10 +1,9 @@
-"""The statement kind "loop of on-event functions": a loop that only edits or saves each block's output
-(compile/hookloops.py), its body called from each block's event as a raw hook would run it, instead of the statement
-resumed there. The core starts it (Scheduler.start_ready, with `hook_loops`: `start_loop` is the Runtime's
-`_start_loop`). Each block gets a Task with `loop` set, parked on the block's event with the loop's own request, as
-the statement would have parked on it: the core's delivery reaches it (an earlier statement that waits for the same
-block still goes first), a block that never runs is said by the same message, and a failure is the statement's, at
-its line. The loop ends, as the statement would, when its last block's edit is done."""
+"""The statement kinds "on-event function" and "loop of on-event functions" (compile/hookloops.py): a statement of one
+event, or a loop that only edits or saves each block's output, called from the event as a raw hook would run it,
+instead of the statement resumed there. The core starts them (Scheduler.start_ready: `start_one`, `start_loop`). Each
+event gets a Task with `loop` set, parked on it with the statement's own request: the core's delivery reaches it (an
+earlier statement waiting for the same event still goes first), an event that never comes is said by the same message,
+and a failure is the statement's, at its line. It ends, as the statement would, when its last event's part is done."""
 from __future__ import annotations
 
 import types
@@ -12,7 +11,7 @@ from functools import partial
 
 from ...errors import OrderError, diagnose
 from ..compile.program import Read
-from .elements import hold
+from .elements import hold, walk
 from .scheduler import Task
 
 
@@ -26,19 +25,21 @@ class _Loop:
         """A block of an edit loop returned `value`: the loop's body edits it (the core's `_advance`, for a block)."""
         run = self.run
         run.in_statement += 1
+        outer, run.current = run.current, step      # (a save in an invoke is that invoke's: Runtime.save)
         try:
             if error is not None:
                 raise error
             if step.position != self.next:         # the model ran the blocks out of order: as the statement would
                 use = run.program.uses[self.use]
                 raise OrderError(diagnose.too_late(use, use), use.line)
-            run.ns[self.name] = step.item
+            if self.name is not None:              # (None: an on-event statement, a "loop" of one block)
+                run.ns[self.name] = step.item
             self.body(value)
         except BaseException:
             run.failed = step.index if run.failed is None else run.failed
             raise
         finally:
-            run.in_statement -= 1
+            run.in_statement, run.current = run.in_statement - 1, outer
         self.next += 1
         if self.next == self.size:
             self.done()
@@ -88,6 +89,30 @@ class _ListLoop(_Loop):
     """A list of each block's saved output."""
     __slots__ = ()
     advance = _Loop.collect
+
+
+def start_one(run, node) -> bool:
+    """Start an on-event statement (Node.one) as an edit loop of one block, the statement its body, parked as its read
+    would be (ForwardEvents.read) or run at once; False where `walk` cannot find its module: it runs as written."""
+    one = node.one
+    module = walk(run.ns, one.root, one.steps)
+    if module is None:
+        return False
+    state, step, first = _EditLoop(), Task(), Task()      # (Tasks filled in here: making one runs no Python code)
+    state.run, state.name, state.body, state.use = run, None, types.FunctionType(one.body, run.ns), one.use
+    state.size, state.next, state.first, index = 1, 0, first, node.spec.index
+    step.node, step.index, step.gen, step.cause, step.module = node, index, None, run.cause, module
+    step.grad_mode, step.loop, step.position, step.item = None, state, 0, None
+    first.node, first.index, first.gen, first.loop = node, index, None, None      # as a loop's (start_loop)
+    run.tasks.append(first)
+    try:
+        answered, value = run.forward.read(step, Read(None, one.use, None))
+    except BaseException:
+        run.failed = step.index if run.failed is None else run.failed
+        raise
+    if answered:
+        state.step(step, value)
+    return True
 
 
 def start_loop(run, node) -> bool:

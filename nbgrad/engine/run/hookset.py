@@ -40,12 +40,10 @@ class HookSet(dict):
         return True
 
     def forward_hook(self, key: Hashable, module, hook: Callable, prepend: bool = False) -> None:
-        """`self[key] = module.register_forward_hook(hook, prepend=prepend)`, with the same effect on the module's
-        calls: the hook goes last into `module._forward_hooks`, which `Module._call_impl` runs in order as
-        `hook(module, args, output)`. Torch's own way makes a RemovableHandle (three weak references and a
-        generator), Python run cold before every cell for every hooked module: a few microseconds each
-        (bench/overhead.py). A hook that goes first, a module whose class registers hooks its own way, and
-        whatever else is hookable (a site, a skip) are registered by torch's way."""
+        """`self[key] = module.register_forward_hook(hook, prepend=prepend)`, with the same effect: the hook goes last
+        into `module._forward_hooks`, which `Module._call_impl` runs in order. Torch's way makes a RemovableHandle (three
+        weak references, a generator: microseconds each, cold), and is kept for a hook that goes first, a module whose
+        class registers hooks its own way, and whatever else is hookable (a site, a skip)."""
         if prepend or type(module).register_forward_hook is not _REGISTER:
             self[key] = module.register_forward_hook(hook, prepend=prepend)
             return

@@ -1,15 +1,11 @@
 """The statement kind "the cell of one-reads": `NAME = PATH.output.save()` statements alone (Program.one_save), the
-most common cell there is, answered by hooks with no statement run (Runtime._forward, with the fast kinds).
-
-Run as statements, each would start its generator, park it on the event, log the event, replay the log and resume the
-statement to save: some fifteen Python calls each, run cold between two forward passes, for what a raw hook does in
-one. Here the run finds each module as its statement would, by `_modules` (elements.py), hooks it (the model's own
-output is what its call returns, as forward.py answers it), and once the model has run does what the resumed
-statements would have done, in the order their events came: binds each NAME to the value of its module's first call
-and saves it, or says that the first event never came. It writes no timeline row: it leaves what happened
-(`run.one_reads`), from which the core writes each statement's two rows when the timeline is read; a differential test
-holds the two kinds equal. A path not found that way (a class with ways of its own, a compiled module, a name not
-bound, a model with a backward hook) goes the general way, from the start: nothing has happened yet."""
+most common cell there is, answered by hooks with no statement run (Runtime._forward, with the fast kinds): as
+statements, each would be some fifteen Python calls, run cold between two forward passes, for a raw hook's one.
+The run finds each module by `_modules` (elements.py), hooks it (the model's own output: what its call returns), and
+once the model has run does what the statements would have, in the order their events came: binds each NAME to its
+module's first value and saves it, or says that the first event never came. It leaves what happened (`run.one_reads`)
+for the core to write the timeline from when it is read. A path not found so (a class with ways of its own, a compiled
+module, a name not bound, a model with a backward hook) goes the general way, from the start: nothing has happened."""
 from __future__ import annotations
 
 from functools import partial

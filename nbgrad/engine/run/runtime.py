@@ -1,14 +1,8 @@
 """Run a compiled Program on a model: hooks on exactly the events the graph names, each statement resumed when what it
 waits for exists, every hook removed and every flag restored in `finally`. A Runtime is the run core itself
-(scheduler.py) with the run's entry points; what answers its requests are the homes of the events
-(docs/architecture.md):
-
-    Runtime (the core) ── HookSet        every handle, removed together        (hookset.py)
-                       ├─ ForwardEvents  module outputs and inputs             (forward.py)
-                       ├─ GradientEvents backward passes and gradients         (gradients.py)
-                       └─ CellState      grad mode, flags, names to give back  (cellstate.py)
-
-`fast` lets the run use the fast statement kinds the compiler gave the cell (a loop of on-event functions,
+(scheduler.py) with the run's entry points and its parts: HookSet (every handle), ForwardEvents and GradientEvents (the
+homes of module and gradient events), CellState (grad mode, flags, names to give back); docs/architecture.md draws it.
+`fast` lets the run use the fast statement kinds the compiler gave the cell (on-event functions and loops of them,
 hookloops.py; a deferred statement, forward.py's quiet log; the one-read cell, onesave.py); `runner="general"` runs
 every statement as a generator resumed by the core, which a differential test holds equal."""
 from __future__ import annotations
@@ -26,7 +20,7 @@ from .caching import start_cache
 from .calls import call_of
 from .forward import ForwardEvents
 from .gradients import GradientEvents
-from .hookloops import start_loop
+from .hookloops import start_loop, start_one
 from .hookset import HookSet
 from .missing import never_came
 from .onesave import forward_one
@@ -46,7 +40,7 @@ class Runtime(Scheduler):
     new = tuple.__new__
     source_of = staticmethod(source_of)      # `M.source` in the cell (compile/siteaccess.py)
     skip_of, call_of = staticmethod(skip_of), staticmethod(call_of)      # `M.skip(v)`, `M.calls[k]` (calls.py)
-    _start_loop = start_loop                 # the core starts a loop of on-event functions so (with `hook_loops`)
+    _start_loop, _start_one = start_loop, start_one    # the core starts those kinds so (`hook_loops`, `one_events`)
     forward_events, gradient_events = ForwardEvents, GradientEvents      # the homes' classes (an edit's are its own)
     # Slots: a run's state is read and written at every step of the cell, run cold between two forward passes, and a
     # slot is read in place where a dict of some 25 keys is a lookup each time (bench/instructions.py)
@@ -63,6 +57,7 @@ class Runtime(Scheduler):
         self.in_statement, self.phase, self.forward_over = 0, BEFORE_MODEL, False
         self.model, self.no_grad, self.rows = model, no_grad, rows     # rows: InvokeRows with `with invoke(...)`
         self.fast = self.hook_loops = fast and program.direct     # the fast statement kinds, where the cell has them
+        self.one_events = fast and program.one_events
         self.hooks = HookSet()
         forward = self.forward = self.forward_events(self, self.fast)
         self.by_id: dict = {}            # what the cell saved: id -> (label, value, line)

@@ -25,11 +25,10 @@ BEFORE_MODEL, FORWARD, AFTER_FORWARD = "before the model runs", "forward", "afte
 
 
 class Task:
-    """A started statement, of any kind: its node and the node's index; its generator (None for a loop of on-event
-    functions, whose blocks are Tasks with `loop` set: the loop, the block's position and the loop variable's value);
-    the use id of the event that woke it last; the module whose event it is parked on (so that the answer need not
-    find the module again); the grad mode its code set for itself before it paused (`with torch.no_grad():` around a
-    read), else None. Made with no arguments and filled in where it starts, so that making one runs no Python code."""
+    """A started statement, of any kind: its node and index; its generator (None for on-event functions: a Task per
+    event with `loop` set, the block's position, the loop variable's value); the use id of the event that woke it
+    last; the module it is parked on; the grad mode its code set for itself before it paused, else None. Made with no
+    arguments and filled in where it starts, so that making one runs no Python code."""
     __slots__ = ("node", "index", "gen", "cause", "module", "grad_mode", "loop", "position", "item")
 
 
@@ -39,11 +38,12 @@ def task_index(pair) -> int:
 
 
 class Scheduler:
-    """`handlers` maps a request type to `handler(task, request) -> (answered, value)`: answered False
-    means the handler parked the task (see `park`). `hook_loops`: a node with a loop of on-event functions
-    (Node.loop) starts as one (`_start_loop`, hookloops.py) where the run can."""
+    """`handlers` maps a request type to `handler(task, request) -> (answered, value)`: answered False means the
+    handler parked the task (see `park`). With `hook_loops` a node with a loop of on-event functions (Node.loop), with
+    `one_events` an on-event statement (Node.one), starts as one (`_start_loop`, `_start_one`: hookloops.py)."""
     __slots__ = ("program", "ns", "pass_state", "handlers", "unstarted", "finished", "tasks", "parked", "cause",
-                 "in_statement", "current", "timeline", "phase", "forward_over", "failed", "hook_loops", "one_reads")
+                 "in_statement", "current", "timeline", "phase", "forward_over", "failed", "hook_loops", "one_reads",
+                 "one_events")
 
     # What each slot holds; a run sets them as it is made (Runtime.__init__, with no call of its own): `program`, `ns`;
     # `pass_state`: per backward pass, "pending" | "running" | "done"; `handlers`; `unstarted` nodes; `finished`: their
@@ -68,7 +68,8 @@ class Scheduler:
                     self.unstarted.remove(node)
                     self.timeline.append((spec.index, None, self.phase))
                     progressed = True
-                    if node.loop is not None and self.hook_loops and self._start_loop(node):
+                    if node.loop is not None and self.hook_loops and self._start_loop(node) or \
+                            node.one is not None and self.one_events and self._start_one(node):
                         break
                     task = Task()
                     task.node, task.index, task.cause, task.module = node, spec.index, self.cause, None
@@ -126,11 +127,9 @@ class Scheduler:
 
     @staticmethod
     def _hand_back_grad_mode(task: Task, entry: bool) -> None:
-        """After a slice of a statement that set a grad mode of its own and paused (or had paused before): keep
-        its mode for its next slice, and give the model the mode it had when the slice began. Grad mode is the
-        thread's, and a statement pauses inside the model: one that paused inside `with torch.no_grad():` gets that
-        mode back when it resumes (`_advance`), and the model (and every other statement) runs on in the mode it
-        had. A statement that never pauses keeps what it sets."""
+        """After a slice of a statement that set a grad mode of its own and paused (or had paused before): keep its
+        mode for its next slice, and give the model (and every other statement) the mode it had when the slice began:
+        grad mode is the thread's. A statement that never pauses keeps what it sets."""
         task.grad_mode = is_grad_enabled()
         if task.grad_mode is not entry:
             set_grad_enabled(entry)

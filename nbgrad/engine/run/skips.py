@@ -1,10 +1,7 @@
-"""`M.skip(v)`: M does not run, `v` is its output (nnsight's `.skip`).
-
-The cell's `M.skip(v)` compiles to a write of the `output` event of M's SkipGate (compile/siteaccess.py).
-The gate is hookable like a module: while it holds a hook, M's instance `forward` is the gate, which
-fires the event with nothing in it; a statement that writes the event supplies M's output and M's own
-forward is not called. With no write (the statement did not run for this call), M runs as usual.
-"""
+"""`M.skip(v)`: M does not run, `v` is its output (nnsight's `.skip`). It compiles to a write of the `output` event of
+M's SkipGate (compile/siteaccess.py), hookable like a module: while it holds a hook, M's instance `forward` is the gate,
+which fires the event with nothing in it; a statement that writes the event supplies M's output and M's own forward is
+not called. With no write (the statement did not run for this call), M runs as usual."""
 from __future__ import annotations
 
 import types

@@ -1,0 +1,116 @@
+"""The statement kind "on-event function" (compile/hookloops.py, OnEvent; run/hookloops.py, start_one): a statement
+whose one event is the output of a module at a static path is also compiled as a function of that value, and a fast
+run calls it from the event instead of starting a generator, parking it and resuming it. It must give what the
+general run gives (test_direct_run's comparison: values, names, timeline, errors, hooks), and what plain PyTorch hooks
+give on the same weights."""
+import pytest
+import torch
+from torch import nn
+
+import nbgrad
+from nbgrad.engine.compile.compiler import compile_cell
+from nbgrad.engine.run import hookloops
+from helpers import hook_count
+from test_direct_run import MODEL, assert_same_both_ways
+
+PATCH = """
+with invoke(torch.tensor([[3, 17, 42, 5, 88, 9]])):
+    clean = model.transformer.h[1].output[:, -1].save()
+with invoke(torch.tensor([[3, 17, 42, 5, 88, 9]])):
+    model.transformer.h[1].output[:, -1] = clean * 2
+    patched = model.lm_head.output[:, -1].save()
+"""
+
+ON_EVENT_CELLS = {
+    "a patch across invokes": PATCH,
+    "an edit in place and a save": ("model.transformer.h[0].output[:, 1:] *= 0.5\n"
+                                    "h = model.transformer.h[-1].output.save()\nlogits = model.output.logits.save()"),
+    "a read kept for a gradient": ("h = model.transformer.h[1].output\nwith model.output.logits.sum().backward():\n"
+                                   "    g = h.grad.save()"),
+    "an edit after its event": ("late = model.transformer.h[2].output.save()\n"
+                                "model.transformer.h[0].output[:] = late"),
+    "an error inside the statement": "x = model.transformer.h[0].output[:, 99].save()",
+    "an error inside an invoke": "with invoke(torch.tensor([[3, 17]])):\n    x = model.transformer.h[0].output[5].save()",
+    "a module that never runs": "x = model.transformer.h[0].attn.attn_dropout.output[0].save()\n"
+                                "y = model.transformer.h[1].output.save()",
+}
+
+
+def test_which_statements_are_on_event_functions():
+    kinds = [node.one is not None for node in compile_cell(PATCH).nodes]
+    assert kinds == [True, True, True]
+    one = compile_cell(PATCH).nodes[0].one
+    assert (one.root, one.steps, one.use) == ("model", ("transformer", "h", 1), 0)
+    assert compile_cell("x = model.transformer.h[-1].output.save()").nodes[0].one.steps == ("transformer", "h", -1)
+    for source in ["x = torch.ones(1) + model.transformer.h[0].output",      # a call that would run before the event
+                   "x = model.transformer.h[0].output if flag else 0",        # a branch that may pass the event by
+                   "x = model.transformer.h[0].output + model.transformer.h[1].output",     # two events
+                   "x = model.output.logits",                                 # the model itself: its call's return
+                   "x = model.transformer.h[i].output",                       # an index known as it runs
+                   "x = model.transformer.h[0].input",                        # an input event
+                   "model.transformer.h[0].output = model.transformer.h[1].output",          # a whole replacement
+                   "for i in range(2):\n    x = model.transformer.h[0].output"]:
+        assert [node.one for node in compile_cell(source).nodes] == [None], source
+
+
+@pytest.mark.parametrize("cell", sorted(ON_EVENT_CELLS))
+def test_an_on_event_cell_gives_what_the_runtime_gives(cell, capfd, monkeypatch):
+    taken = []
+    original = hookloops.start_one
+    monkeypatch.setattr("nbgrad.engine.run.runtime.Runtime._start_one",
+                        lambda run, node: taken.append(original(run, node)) or taken[-1])
+    ids = None if "invoke(" in ON_EVENT_CELLS[cell] else torch.tensor([[3, 17, 42, 5, 88, 9]])
+    found = assert_same_both_ways(ON_EVENT_CELLS[cell], capfd, ids=ids)
+    assert taken and all(taken), taken                   # the fast run took the kind, and the general one did not ask
+    assert found["saved"] or found["error"]
+    if "error" in cell or "after its event" in cell or "never runs" in cell:
+        assert found["error"] is not None
+
+
+def test_the_patch_equals_plain_hooks_on_a_batch():
+    ids = torch.tensor([[3, 17, 42, 5, 88, 9]])
+    result = nbgrad.trace(MODEL, None, PATCH, {"model": MODEL, "torch": torch}, no_grad=True)
+    kept = {}
+
+    def patch(module, args, output):
+        kept["clean"] = output[0, -1].clone()
+        output[1, -1] = output[0, -1] * 2
+    handles = [MODEL.transformer.h[1].register_forward_hook(patch),
+               MODEL.lm_head.register_forward_hook(lambda m, a, out: kept.setdefault("patched", out[1:, -1]))]
+    try:
+        with torch.no_grad():
+            MODEL(ids.repeat(2, 1))
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert torch.equal(result.saved["clean"], kept["clean"][None])
+    assert torch.equal(result.saved["patched"], kept["patched"])
+    assert hook_count(MODEL) == 0
+
+
+class Wrapped(nn.Module):
+    """A model whose path to its blocks is a property: not `_modules` lookups, so the statement runs as written."""
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    @property
+    def blocks(self):
+        return self.inner.transformer.h
+
+    def forward(self, ids):
+        return self.inner(ids)
+
+
+def test_a_path_not_found_in_modules_runs_as_a_generator(monkeypatch):
+    taken = []
+    original = hookloops.start_one
+    monkeypatch.setattr("nbgrad.engine.run.runtime.Runtime._start_one",
+                        lambda run, node: taken.append(original(run, node)) or taken[-1])
+    wrapped, ids = Wrapped(MODEL), torch.tensor([[3, 17, 42]])
+    source = "h = model.blocks[1].output[:, -1].save()"
+    fast = nbgrad.trace(wrapped, ids, source, {"model": wrapped})
+    general = nbgrad.trace(wrapped, ids, source, {"model": wrapped}, runner="general")
+    assert taken == [False]
+    assert torch.equal(fast.saved["h"], general.saved["h"])
+    assert [tuple(run) for run in fast.graph.runs] == [tuple(run) for run in general.graph.runs]
