@@ -17,6 +17,7 @@ import copy
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 from .paths import RemotePath
 
@@ -37,14 +38,24 @@ def fake_twin(model: nn.Module, mode) -> nn.Module:
     memo: dict = {}
     for tensor in list(model.parameters()) + list(model.buffers()):
         if id(tensor) not in memo:
-            with mode:
-                fake = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device="cpu")
+            fake = _fake(tensor, mode)
             memo[id(tensor)] = nn.Parameter(fake, requires_grad=tensor.requires_grad) \
                 if isinstance(tensor, nn.Parameter) else fake
     placed = _placement_hooks(model, memo)
     twin = copy.deepcopy(model, memo)
     _without_hooks(twin, placed)
     return twin
+
+
+def _fake(tensor: torch.Tensor, mode) -> torch.Tensor:
+    """An empty fake of `tensor`'s shape and strides on the CPU, made under `mode`, which is off again after it, an
+    interrupt included: one that lands as the `with` block ends, before its `__exit__` runs, is caught up with here."""
+    try:
+        with mode:
+            return torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device="cpu")
+    finally:
+        if mode in _get_current_dispatch_mode_stack():
+            mode.__exit__(None, None, None)
 
 
 def _placement_hooks(model: nn.Module, memo: dict) -> bool:
