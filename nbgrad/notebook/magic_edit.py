@@ -40,20 +40,19 @@ class EditMagics(Magics):
         if not cell.strip():
             raise UsageError("%%edit MODEL needs a body: the writes and edits to install, e.g. "
                              "`model.transformer.h[0].output[:, -1] = 0`")
+        installed = None
         try:
             installed = api.edit(self._model(args.model), cell, self.shell.user_ns,
                                  label=f"%%edit {line.strip()}")
-        except BaseException as error:
-            raise for_the_cell(error)
-        try:
             if args.out is not None:
                 self.shell.user_ns[args.out] = installed
             return installed
-        except BaseException:     # an interrupt before the cell hands the Edit back: it installs and binds nothing
-            api.withdraw(installed)
-            if args.out is not None and self.shell.user_ns.get(args.out) is installed:
-                del self.shell.user_ns[args.out]
-            raise
+        except BaseException as error:    # an interrupt before the cell hands the Edit back: it installs and binds
+            if installed is not None:     # nothing (one landing between the install and the next line too)
+                api.withdraw(installed)
+                if args.out is not None and self.shell.user_ns.get(args.out) is installed:
+                    del self.shell.user_ns[args.out]
+            raise for_the_cell(error)
 
     def _model(self, name: str) -> nn.Module:
         if not name.isidentifier() or keyword.iskeyword(name) or name not in self.shell.user_ns:
