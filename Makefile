@@ -119,10 +119,11 @@ bench: install
 	$(PY) bench/dataset_runs.py
 	$(PY) bench/instructions.py
 
-# The fuzz test with many random cells, and an interrupt at every line nbgrad runs (minutes).
+# The fuzz test with many random cells, and an interrupt at every line nbgrad runs: of a cell, of an edit and of a
+# scan (minutes).
 fuzz: install
 	NBGRAD_FUZZ_EXAMPLES=2000 NBGRAD_INTERRUPT_FULL=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --timeout=3600 --durations=10 \
-		tests/test_fuzz_cells.py tests/test_interrupts.py
+		tests/test_fuzz_cells.py tests/test_interrupts.py tests/test_interrupt_edits.py
 
 clean:
 	rm -rf $(VENV) node_modules labextension/lib nbgrad/labextension build dist *.egg-info site docs/_generated jupyter_execute
