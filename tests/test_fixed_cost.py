@@ -48,16 +48,10 @@ OWN_MODEL_CALL_BUDGET = 25
 TWO_READS_OF_ONES_OWN = "h = model[1].output.save()\ny = model.output.save()"
 OWN_MODEL_TWO_READS_CALL_BUDGET = 28
 TENSOR_OP_BUDGET = 0
-# bench/overhead.py's (f), two invokes with a patch: 80 calls, each statement an on-event function (run/hookloops.py,
-# start_one); 82 as generators started, parked and resumed; 85 before a started node was removed from the unstarted by
-# identity, not by comparing its fields, and a target one of whose uses a statement waits on was looked up again
-PATCH_INVOKES = """
-with invoke(CLEAN):
-    clean = model.transformer.h[3].output[:, -1].save()
-with invoke(CORRUPT):
-    model.transformer.h[3].output[:, -1] = clean
-    patched = model.lm_head.output[:, -1].save()
-"""
+# bench/overhead.py's (f) cell, two invokes with a patch: 80 calls, each statement an on-event function
+# (run/hookloops.py, start_one); 82 as generators started, parked and resumed; 85 before a started node was removed from
+# the unstarted by identity, not by comparing its fields, and a target one of whose uses a statement waits on was
+# looked up again
 INVOKES_CALL_BUDGET = 82
 
 
@@ -113,11 +107,17 @@ def test_a_cell_on_a_model_of_ones_own_makes_few_python_calls_into_nbgrad(source
 
 
 def test_a_cell_of_two_invokes_makes_few_python_calls_into_nbgrad(default_model):
-    namespace = {"model": default_model, "CLEAN": "The Eiffel Tower is in the city of",
-                 "CORRUPT": "The Colosseum is in"}
-    tokenizer = nbgrad.tokenizer_for(default_model)
-    _assert_calls_within(lambda: nbgrad.trace(default_model, None, PATCH_INVOKES, namespace, no_grad=True,
-                                              tokenizer=tokenizer), INVOKES_CALL_BUDGET)
+    _bench_on_path()
+    from overhead import invoke_pair          # the bench's own run of its cell, prompts and namespace
+    ours, _ = invoke_pair(default_model, nbgrad.tokenizer_for(default_model))
+    _assert_calls_within(ours, INVOKES_CALL_BUDGET)
+
+
+def _bench_on_path() -> None:
+    """bench/ importable, as its scripts import each other."""
+    bench = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+    if bench not in sys.path:
+        sys.path.insert(0, bench)
 
 
 def _assert_calls_within(run, budget: int) -> None:
@@ -208,7 +208,7 @@ def test_the_graph_is_drawn_when_read_and_the_result_keeps_no_unsaved_value(defa
 def test_the_phase_split_of_a_run_covers_it_and_leaves_the_model_as_it_was(default_model):
     """bench/phases.py splits a run at the model's forward: the three parts are this run's and lie inside it, for a
     cell with a hook of its own on the model too, and the clock leaves no hook behind."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+    _bench_on_path()
     from phases import Clock, split
     from helpers import hook_count
     ids = nbgrad.tokenizer_for(default_model)("The capital of France is", return_tensors="pt")["input_ids"]
@@ -233,7 +233,7 @@ def test_the_phase_split_of_a_run_covers_it_and_leaves_the_model_as_it_was(defau
 def test_the_gradient_phase_split_covers_the_backward_pass_too(default_model):
     """The gradient scenario's clock splits what follows the forward at the backward pass's first and last gradient:
     five parts, each positive, inside the run, and no hook left on the model or its weights."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+    _bench_on_path()
     from phases import GradientClock, split
     from helpers import hook_count
     ids = nbgrad.tokenizer_for(default_model)("The capital of France is", return_tensors="pt")["input_ids"]
