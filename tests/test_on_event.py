@@ -10,6 +10,7 @@ from torch import nn
 import nbgrad
 from nbgrad.engine.compile.compiler import compile_cell
 from nbgrad.engine.run import hookloops
+from nbgrad.engine.run.rows import InvokeRows
 from helpers import hook_count
 from test_direct_run import MODEL, assert_same_both_ways
 
@@ -33,6 +34,21 @@ ON_EVENT_CELLS = {
     "an error inside an invoke": "with invoke(torch.tensor([[3, 17]])):\n    x = model.transformer.h[0].output[5].save()",
     "a module that never runs": "x = model.transformer.h[0].attn.attn_dropout.output[0].save()\n"
                                 "y = model.transformer.h[1].output.save()",
+    "invokes of two rows and of one": """
+with invoke(torch.tensor([[3, 17, 42, 5], [8, 1, 2, 9]])):
+    clean = model.transformer.h[1].output[:, -1].save()
+with invoke(torch.tensor([[3, 17, 42, 5]])):
+    model.transformer.h[1].output[:, -2:] += clean[:1]
+    whole = model.transformer.h[1].output[:].save()
+    patched = model.lm_head.output[:, -1].save()
+""",
+    "a tuple output in an invoke": """
+with invoke(torch.tensor([[3, 17, 42]])):
+    pair = model.transformer.h[0].attn.output[:]
+    first = pair[0].save()
+with invoke(torch.tensor([[5, 88, 9]])):
+    x = model.transformer.h[0].attn.output[:]
+""",
 }
 
 
@@ -66,6 +82,25 @@ def test_an_on_event_cell_gives_what_the_runtime_gives(cell, capfd, monkeypatch)
     assert found["saved"] or found["error"]
     if "error" in cell or "after its event" in cell or "never runs" in cell:
         assert found["error"] is not None
+
+
+def test_an_invoke_statement_takes_its_rows_as_it_indexes(monkeypatch):
+    """`output[:, -1]` in an invoke is `output[start:stop, -1]` of the batch's value (OnEvent.rows): one view, not the
+    rows' view and then its index. A value that is no tensor of the batch's rows (a tuple) gets the rows' view."""
+    assert [node.one.rows for node in compile_cell(PATCH).nodes] == [True, True, True]
+    for source, rows in [("x = model.transformer.h[0].output[:]", True), ("model.h[0].output[:, 1:] *= 0.5", True),
+                         ("x = model.transformer.h[0].output[0]", False), ("x = model.h[0].output[..., 0]", False),
+                         ("x = model.transformer.h[0].output[1:]", False), ("x = model.h[0].output[::2]", False),
+                         ("x = model.transformer.h[0].output.save()", False), ("x = model.h[0].output[0][:]", False)]:
+        assert compile_cell(source).nodes[0].one.rows is rows, source
+    views, original = [], InvokeRows.view
+    monkeypatch.setattr(InvokeRows, "view", lambda rows, value, invoke: views.append(type(value)) or
+                        original(rows, value, invoke))
+    for cell in ("a patch across invokes", "invokes of two rows and of one", "a tuple output in an invoke"):
+        views.clear()
+        nbgrad.trace(MODEL, None, ON_EVENT_CELLS[cell], {"model": MODEL, "torch": torch})
+        assert (views.count(tuple) == 2) if "tuple" in cell else views == [], (cell, views)     # (a tuple: view by view)
+    assert hook_count(MODEL) == 0
 
 
 def test_the_patch_equals_plain_hooks_on_a_batch():

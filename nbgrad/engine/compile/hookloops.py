@@ -25,6 +25,7 @@ from .cellast import EVENT_ATTRS, is_save_call
 from .keeping import basic_index
 
 VALUE = f"{TEMP_PREFIX}value"
+ROWS = f"{TEMP_PREFIX}rows"      # an on-event function's second parameter: its leading `:` (OnEvent.rows)
 # What an edit's index and operand may be made of: reads of names and constants, and arithmetic on them; no call
 # (which could change grad mode, flags or the model in the middle of the forward), no event, nothing that binds
 _OPERAND = (ast.Name, ast.Constant, ast.Attribute, ast.Subscript, ast.Slice, ast.Tuple, ast.BinOp, ast.UnaryOp,
@@ -194,7 +195,12 @@ class OnEvent:
     root: str                     # the path's root name, and its steps: attribute names and int indices (elements.walk)
     steps: tuple
     use: int                      # the use id of its event
-    body: types.CodeType          # `def <cell>(__nbgrad_value): global ...; <the statement, the event read as the value>`
+    body: types.CodeType          # `def <cell>(__nbgrad_value, __nbgrad_rows): global ...; <the statement, the event
+    #                               read as the value>`
+    # The value indexed with a leading `:` (`h3.output[:, -1]`): that `:` is `__nbgrad_rows`. In an invoke, the run
+    # passes the invoke's rows there and the whole batch value as the value (`value[start:stop, -1]`, one view, not
+    # the rows' view and then its `[:, -1]`: a tensor operation less, run cold inside the hook); else `slice(None)`
+    rows: bool
 
 
 def on_event(rewritten: list, global_names: list, line: int, filename: str) -> OnEvent | None:
@@ -207,18 +213,30 @@ def on_event(rewritten: list, global_names: list, line: int, filename: str) -> O
     read = _static_read(found[0].value)
     if read is None:
         return None
-    body = [_AsValue(found[0]).visit(statement) for statement in body]
+    as_value = _AsValue(found[0])
+    body = [as_value.visit(statement) for statement in body]
     statements = ([ast.Global(names=list(global_names))] if global_names else []) + body
-    return OnEvent(*read, _function(statements, line, filename))
+    return OnEvent(*read, _function(statements, line, filename, (VALUE, ROWS)), as_value.rows)
 
 
 class _AsValue(ast.NodeTransformer):
     """The request read as the function's parameter."""
     def __init__(self, request: ast.Yield):
-        self.request = request
+        self.request, self.rows = request, False
 
     def visit_Yield(self, node: ast.Yield) -> ast.expr:
         return ast.copy_location(ast.Name(id=VALUE, ctx=ast.Load()), node) if node is self.request else node
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.expr:
+        """`(request)[:, ...]`: its `:` read as ROWS (OnEvent.rows)."""
+        if node.value is self.request:
+            index = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            if isinstance(index[0], ast.Slice) and index[0].lower is index[0].upper is index[0].step is None:
+                index[0] = ast.copy_location(ast.Name(id=ROWS, ctx=ast.Load()), index[0])
+                if not isinstance(node.slice, ast.Tuple):
+                    node.slice = index[0]
+                self.rows = True
+        return self.generic_visit(node)
 
 
 def _only_reads(node: ast.AST, found: list) -> bool:

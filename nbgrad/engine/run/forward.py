@@ -9,7 +9,6 @@ from functools import partial
 from torch import Tensor, nn
 from torch.nn.modules import module as torch_module
 
-from ...errors import hints
 from ..compile.program import Read
 from .elements import element, find, hold
 from .hookset import DictHandle
@@ -21,7 +20,7 @@ from .rows import rows_of
 from .skips import PARTIAL, RowsSkipped, SkipGate, checked_skip_value
 from .stopping import StopRun, never_came_after_stop
 from .targets import target_elements
-from ...errors import OrderError, diagnose
+from ...errors import OrderError, diagnose, hints
 
 RETURNED = DictHandle({}.pop, None, None)      # the handle of an event answered without a hook: nothing to remove
 
@@ -72,8 +71,12 @@ class ForwardEvents:
                 raise self.runtime.too_late(task, use)
             value, invoke = values[key], task.node.spec.invoke
             if invoke is not None:      # an invoke's rows (`rows_of`, its view written out where no skip is partial)
-                value = rows_of(self.runtime.rows, module, value, use, invoke) if PARTIAL else \
-                    self.runtime.rows.view(value, invoke)
+                rows = self.runtime.rows
+                if type(task.item) is slice:    # which an on-event statement's index takes itself (OnEvent.rows)
+                    if type(value) is Tensor and not PARTIAL and value.dim() and value.shape[0] == rows.batch_size:
+                        return True, value
+                    task.item = None
+                value = rows_of(rows, module, value, use, invoke) if PARTIAL else rows.view(value, invoke)
             if type(value) is not Tensor:
                 note_type(self, request.use, use, value)
             if use.row_zero:
@@ -186,9 +189,8 @@ class ForwardEvents:
             if for_statement and self.answers_return and module is self.runtime.model and not (
                     module._backward_hooks or module._backward_pre_hooks or torch_module._global_backward_hooks
                     or torch_module._global_backward_pre_hooks):
-                # The model's own output: answered from what its call returns (Runtime._forward), as a hook of ours,
-                # which goes last, would see it; nothing of the model runs after that hook but the return. Not with
-                # a backward hook on the model, whose wrapping of the output comes after the forward hooks.
+                # The model's own output: answered from its call's return (Runtime._forward), as our last hook would
+                # see it. Not with a backward hook on the model, which wraps the output after the forward hooks
                 hooks[key] = RETURNED
                 self.returned = key
                 return True

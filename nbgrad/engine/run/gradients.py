@@ -54,9 +54,8 @@ class GradientEvents:
         self.replaced: set = set()       # gradient keys the cell replaced or edits
         self.late: set = set()           # gradient hooks first asked for while their pass was running
         self.sources: dict = {}          # id(gradient) -> id of the tensor it flowed into
-        # Gradients that came and that the cell's edit or replacement took the place of: held to the end of the run,
-        # so that no tensor made meanwhile takes the id `sources` names one of them by (a saved copy would pass for a
-        # gradient when the Result pairs saved gradients with their tensors)
+        # Gradients that an edit or replacement took the place of: held to the end of the run, so that no tensor made
+        # meanwhile takes an id `sources` names (a saved copy would pass for a gradient in the Result's pairing)
         self.taken_over: list = []
         self.hooked: dict = {}           # id(tensor) -> (tensor, its version when hooked)
         self.freed_by = None             # the latest pass that ran without keeping its graph (retain_graph)

@@ -14,6 +14,7 @@ from ..compile.program import Read
 from .elements import hold, walk
 from .scheduler import Task
 
+ALL = slice(None)
 
 class _Loop:
     """What a loop's blocks share: its run, variable, body and use, how many blocks it has and which it takes next;
@@ -32,9 +33,11 @@ class _Loop:
             if step.position != self.next:         # the model ran the blocks out of order: as the statement would
                 use = run.program.uses[self.use]
                 raise OrderError(diagnose.too_late(use, use), use.line)
-            if self.name is not None:              # (None: an on-event statement, a "loop" of one block)
+            if self.name is None:       # an on-event statement, a "loop" of one block: its `:` is `item` (start_one)
+                self.body(value, step.item or ALL)
+            else:
                 run.ns[self.name] = step.item
-            self.body(value)
+                self.body(value)
         except BaseException:
             run.failed = step.index if run.failed is None else run.failed
             raise
@@ -102,7 +105,8 @@ def start_one(run, node) -> bool:
     state.run, state.name, state.body, state.use = run, None, types.FunctionType(one.body, run.ns), one.use
     state.size, state.next, state.first, index = 1, 0, first, node.spec.index
     step.node, step.index, step.gen, step.cause, step.module = node, index, None, run.cause, module
-    step.grad_mode, step.loop, step.position, step.item = None, state, 0, None
+    step.grad_mode, step.loop, step.position, invoke = None, state, 0, node.spec.invoke
+    step.item = slice(*run.rows.spans[invoke]) if one.rows and invoke is not None else None     # (forward.read)
     first.node, first.index, first.gen, first.loop = node, index, None, None      # as a loop's (start_loop)
     run.tasks.append(first)
     try:

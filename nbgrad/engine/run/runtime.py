@@ -253,8 +253,7 @@ class Runtime(Scheduler):
         if self.rows is not None:
             self.rows.clear()
         self._exited = True
-        # No cycle left (the run <-> its parts): the run, and what it held, go by reference counting the moment the
-        # cell lets go of them, not at a garbage-collector pass
+        # No cycle left (the run <-> its parts): what it held goes by reference counting, not at a collector's pass
         self.handlers = {}
         forward.runtime = None
 

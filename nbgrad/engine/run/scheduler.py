@@ -45,14 +45,12 @@ class Scheduler:
                  "in_statement", "current", "timeline", "phase", "forward_over", "failed", "hook_loops", "one_reads",
                  "one_events")
 
-    # What each slot holds; a run sets them as it is made (Runtime.__init__, with no call of its own): `program`, `ns`;
-    # `pass_state`: per backward pass, "pending" | "running" | "done"; `handlers`; `unstarted` nodes; `finished`: their
-    # indices; `tasks`: started, not finished; `parked`: event key -> [(task, request)]; `cause`: the use id of the
-    # event being delivered now; `in_statement`: > 0 while a statement's own code runs (module calls it makes are plain
-    # calls, not events); `current`: the task whose code runs now; `timeline`: (node index, use id of the event that
-    # woke it or None, phase); `phase`: where the run is ("forward", "backward pass 0", ...); `forward_over`: the
-    # model's forward call has returned (a backward pass may run inside it, from the model's own output); `failed`:
-    # the index of the node whose code raised; `hook_loops`: a loop of on-event functions may start as one
+    # Set as a run is made (Runtime.__init__, no call of its own). `pass_state`: per backward pass, "pending" | "running"
+    # | "done"; `finished`: indices; `tasks`: started, not finished; `parked`: event key -> [(task, request)]; `cause`:
+    # the use id of the event delivered now; `in_statement` > 0 while a statement's own code runs (module calls it
+    # makes are not events); `current`: the task whose code runs; `timeline`: (node index, use id of the event that
+    # woke it or None, phase); `phase`: "forward", "backward pass 0", ...; `forward_over`: the model's forward call
+    # returned (a backward pass may run inside it); `failed`: the index of the node whose code raised
 
     def start_ready(self) -> None:
         """Start, in source order, every node whose dependencies have finished (and whose backward pass, for
@@ -73,7 +71,8 @@ class Scheduler:
                         break
                     task = Task()
                     task.node, task.index, task.cause, task.module = node, spec.index, self.cause, None
-                    task.grad_mode, task.loop, task.gen = None, None, types.FunctionType(node.code, self.ns)()
+                    task.grad_mode, task.loop, task.item = None, None, None
+                    task.gen = types.FunctionType(node.code, self.ns)()
                     self.tasks.append(task)
                     self._advance(task, None)
                     break
