@@ -1,6 +1,7 @@
 """`with invoke(INPUT):` blocks: one batch, each invoke's rows, checked against each INPUT run alone."""
 import copy
 import html
+import weakref
 
 import pytest
 import torch
@@ -183,6 +184,43 @@ def test_a_cell_that_edits_its_input_ids_leaves_the_next_cell_its_own(model):
     assert again.input_ids[0].tolist() == tokenizer(EIFFEL)["input_ids"]
     short = tokenizer(SHORT)["input_ids"]
     assert again.input_ids[1, -len(short):].tolist() == short
+
+
+def test_the_copy_of_the_inputs_is_lent_again_only_as_it_was_and_held_by_nothing(model):
+    """A cell's inputs are a copy of the kept batch; the next cell with the same prompts gets the same copy again
+    (Batch.call_kwargs) only when nothing holds it (a Result, a saved autograd graph, a view) and no edit changed it."""
+    plain = f"with invoke({EIFFEL!r}):\n    pass\nwith invoke({SHORT!r}):\n    h = model.transformer.h[0].output.save()"
+    edit = plain.replace("    pass\n", "    model.transformer.wte.input[:] = 0\n")
+    expected = nbgrad.trace(model, None, plain, no_grad=True).input_ids.tolist()
+
+    def lent(source=plain, no_grad=True):
+        """(a weak reference to the cell's input ids, its Result's `h`); the Result let go."""
+        result = nbgrad.trace(model, None, source, no_grad=no_grad)
+        return weakref.ref(result.input_ids), result.saved["h"]
+    first, _ = lent()
+    second, _ = lent()          # (no strong reference to the first held meanwhile, an assert's included)
+    assert first() is not None and second() is first()          # let go: lent again, as it was
+    held = nbgrad.trace(model, None, plain, no_grad=True)
+    another = nbgrad.trace(model, None, plain, no_grad=True)
+    assert held.input_ids is first() and another.input_ids is not held.input_ids
+    del held, another
+    current, _ = lent()
+    edited = nbgrad.trace(model, None, edit, no_grad=True)
+    assert edited.input_ids is current() and edited.input_ids[0].count_nonzero() == 0
+    del edited                      # edited in place, then let go: held by nothing, but not as it was lent
+    after = nbgrad.trace(model, None, plain, no_grad=True)
+    assert after.input_ids.tolist() == expected
+    view = after.input_ids[:, 1:]          # a view outlives its Result: the copy is not lent again
+    del after
+    again = nbgrad.trace(model, None, plain, no_grad=True)
+    assert again.input_ids.untyped_storage().data_ptr() != view.untyped_storage().data_ptr()
+    del again, view
+    _, h = lent(no_grad=False)       # `h`'s autograd graph holds the ids (the embedding's backward): a cell that
+    #                                  edits its inputs in place gets its own, and `h`'s backward pass still runs
+    edited = nbgrad.trace(model, None, edit, no_grad=True)
+    assert edited.input_ids[0].count_nonzero() == 0 and h.grad_fn is not None
+    h.sum().backward()
+    model.zero_grad(set_to_none=True)
 
 
 def test_a_new_pad_token_is_used_by_the_next_cell(model):

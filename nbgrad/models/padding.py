@@ -6,6 +6,7 @@ from __future__ import annotations
 import array
 import functools
 import inspect
+import sys
 
 import torch
 from torch import nn
@@ -116,8 +117,8 @@ def token_rows(tokenizer, prompts: list) -> list:
 
 class Batch:
     """One padded batch of token rows: ids, attention mask and position ids stacked in one tensor (kept, so
-    copied for each use), each group's rows, and the smallest and largest id."""
-    __slots__ = ("stacked", "spans", "low", "high")
+    copied for each use), each group's rows, the smallest and largest id, and the copy lent last (`call_kwargs`)."""
+    __slots__ = ("stacked", "spans", "low", "high", "lent")
 
     def __init__(self, rows_per_group: list, pad: int):
         rows = [row for rows in rows_per_group for row in rows]
@@ -132,19 +133,45 @@ class Batch:
         flat.extend([0] * (len(rows) * length))
         stacked = torch.frombuffer(flat, dtype=torch.long).view(3, len(rows), length).clone()
         stacked[2] = positions_from_mask(stacked[1])
-        self.stacked = stacked
+        self.stacked, self.lent = stacked, None
         self.spans = tuple(spans_of(list(map(len, rows_per_group))))
 
     def call_kwargs(self, model: nn.Module, device) -> dict:
-        """`input_ids`, `attention_mask` and, where the model's forward takes them, `position_ids`: a fresh copy
-        on `device` (None: where they are; a cell may edit its inputs in place)."""
-        stacked = self.stacked      # (a clone where it is: `to(device, copy=True)` does more to find that out)
-        stacked = stacked.clone() if device is None or device == stacked.device else stacked.to(device, copy=True)
-        ids, mask, positions = stacked.unbind()
+        """`input_ids`, `attention_mask` and, where the model's forward takes them, `position_ids`, on `device`
+        (None: where they are). A cell may edit its inputs in place, so a call gets a copy; the last copy is lent
+        again to a call that finds it as it was lent and held by nothing else (`_held`): a loop of traces that lets
+        each Result go copies once. Taken while it is checked, so that two threads never share one."""
+        lent, self.lent = self.lent, None
+        if lent is None or lent[2] is None or device is not None and device != lent[1] or _held(lent) != lent[2]:
+            stacked = self.stacked      # (a clone where it is: `to(device, copy=True)` does more to find that out)
+            stacked = stacked.clone() if device is None or device == stacked.device else stacked.to(device, copy=True)
+            lent = [stacked.unbind(), stacked.device, None, _storage_of(stacked)]
+            del stacked
+            lent[2] = _held(lent)
+        ids, mask, positions = lent[0]
+        self.lent = lent
         kwargs = {"input_ids": ids, "attention_mask": mask}
         if accepts(model, "position_ids"):
             kwargs["position_ids"] = positions
         return kwargs
+
+
+_USE_COUNT = getattr(torch._C, "_storage_Use_Count", None)     # how many tensors share a storage (torch's own)
+
+
+def _storage_of(tensor: torch.Tensor):
+    return tensor.untyped_storage()._cdata if _USE_COUNT is not None else None
+
+
+def _held(lent: list) -> tuple:
+    """What says whether a lent copy is as it was lent and held by nothing else: its version (an edit in place
+    bumps it); the references to each tensor, Python's and torch's (a Result's input ids, a saved autograd graph);
+    the tensors that share its storage (a view). None where torch does not count those: it is not lent again."""
+    if lent[3] is None:
+        return None
+    ids, mask, positions = lent[0]
+    return (ids._version, sys.getrefcount(ids), sys.getrefcount(mask), sys.getrefcount(positions), ids._use_count(),
+            mask._use_count(), positions._use_count(), _USE_COUNT(lent[3]))
 
 
 def spans_of(counts: list) -> list:
