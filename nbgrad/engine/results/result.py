@@ -16,8 +16,8 @@ class Later(tuple):
 
 
 class Result:
-    """What a cell leaves behind: saved values by name, the hook graph, shapes of what was traced. `saved`, `graph`
-    and `grad_pairs` may be given as a `Later`: built when first read, then kept."""
+    """What a cell leaves behind: saved values by name, the hook graph, shapes of what was traced. `saved`, `graph`,
+    `grad_pairs` and `saved_invokes` may be given as a `Later`: built when first read, then kept."""
     FIELDS = ("saved", "graph", "shapes", "leaf_grads", "accumulated", "grad_pairs", "input_ids", "invokes",
               "saved_invokes")       # what `repr` shows, in this order
 
@@ -29,7 +29,7 @@ class Result:
         self.accumulated = set() if accumulated is None else accumulated     # leaf names whose .grad held a value
         self.input_ids = input_ids
         self.invokes = [] if invokes is None else invokes                    # the INPUT of each `with invoke(...)`
-        self.saved_invokes = {} if saved_invokes is None else saved_invokes  # saved name -> index of its invoke
+        self._saved_invokes = saved_invokes       # saved name -> index of its invoke
 
     @property
     def saved(self) -> dict:
@@ -65,6 +65,19 @@ class Result:
     @grad_pairs.setter
     def grad_pairs(self, value: dict) -> None:
         self._grad_pairs = value
+
+    @property
+    def saved_invokes(self) -> dict:
+        """Saved name -> the index of the invoke whose statement saved it."""
+        if self._saved_invokes is None:
+            self._saved_invokes = {}
+        elif type(self._saved_invokes) is Later:
+            self._saved_invokes = self._saved_invokes[0](self.saved, *self._saved_invokes[1:])
+        return self._saved_invokes
+
+    @saved_invokes.setter
+    def saved_invokes(self, value: dict) -> None:
+        self._saved_invokes = value
 
     def without(self, names) -> Result:
         """A copy less the saved values `names` (each Cache, which has a panel of its own). Its dicts, lists and sets
@@ -120,8 +133,8 @@ def saved_by_name(by_id: dict, bound_names: frozenset, namespace: dict) -> dict:
 def run_result(by_id: dict, bound_names: frozenset, namespace: dict, graph, shapes: dict, grad_sources=None,
                invoke_of=None) -> Result:
     """A run's Result, with what is named built when first read: `Result.saved` is `saved_by_name(...)` (a
-    loop of traces that reads its values from the namespace never builds it), and with gradients `Result.grad_pairs`
-    is `pairs_of(...)`. Keeps what naming needs: the bound names of saved values and of containers that hold nothing
+    loop of traces that reads its values from the namespace never builds it), with gradients `Result.grad_pairs` is
+    `pairs_of(...)`, with invokes `Result.saved_invokes` is `invokes_of(...)`. Keeps what naming needs: the bound names of saved values and of containers that hold nothing
     unsaved (a container that does is unbound from the namespace: its elements are named now), and with gradients
     the ids of every bound value (a traced value the cell did not save is unbound as the run ends) and a copy of the
     sources (the run clears its own). It runs cold, after the model's forward: one call does all of it."""
@@ -138,13 +151,14 @@ def run_result(by_id: dict, bound_names: frozenset, namespace: dict, graph, shap
             if holds_unsaved(value, by_id):
                 saved = saved_by_name(by_id, bound_names, namespace)
             kept[name] = value
-    saved_invokes = None
-    if invoke_of:            # which invoke saved each value: named now
-        saved = saved if saved is not None else saved_by_name(by_id, bound_names, namespace)
-        saved_invokes = {name: invoke_of[id(v)] for name, v in saved.items() if id(v) in invoke_of}
     return Result(saved if saved is not None else Later((saved_by_name, by_id, tuple(kept), kept)), graph, shapes,
                   grad_pairs=None if bound_ids is None else Later((pairs_of, dict(grad_sources), bound_ids)),
-                  saved_invokes=saved_invokes)
+                  saved_invokes=Later((invokes_of, invoke_of)) if invoke_of else None)
+
+
+def invokes_of(saved: dict, invoke_of: dict) -> dict:
+    """`saved_invokes`: each saved name whose value a statement inside an invoke saved -> that invoke's index."""
+    return {name: invoke_of[id(value)] for name, value in saved.items() if id(value) in invoke_of}
 
 
 def pairs_of(saved: dict, grad_sources: dict, bound_ids: dict) -> dict:
