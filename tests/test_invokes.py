@@ -223,6 +223,20 @@ def test_the_copy_of_the_inputs_is_lent_again_only_as_it_was_and_held_by_nothing
     model.zero_grad(set_to_none=True)
 
 
+def test_an_invoke_input_given_by_name_is_what_the_name_holds(model):
+    """INPUT written as a plain name is read from the namespace (Invoke.name), as evaluating it would: a name bound
+    there, even one that shadows a builtin; one that is not, evaluated, with its error on the block's line."""
+    cell = "with invoke(prompt):\n    a = model.lm_head.output[:, -1].save()\nwith invoke(str):\n    pass\n"
+    result = nbgrad.trace(model, None, cell, {"model": model, "prompt": EIFFEL, "str": SHORT}, no_grad=True)
+    assert result.invokes == [EIFFEL, SHORT]
+    torch.testing.assert_close(result.saved["a"], alone(model, EIFFEL, 3)[1][:, -1], atol=1e-4, rtol=1e-4)
+    with pytest.raises(nbgrad.NbgradError, match="^line 3: the invokes mix text and other INPUTs"):     # the builtin
+        nbgrad.trace(model, None, cell, {"model": model, "prompt": EIFFEL}, no_grad=True)
+    with pytest.raises(nbgrad.NbgradError, match="invoke INPUT `prompt` could not be evaluated: NameError: name "
+                                                 "'prompt' is not defined"):
+        nbgrad.trace(model, None, cell, {"model": model}, no_grad=True)
+
+
 def test_a_new_pad_token_is_used_by_the_next_cell(model):
     tokenizer = copy.deepcopy(nbgrad.tokenizer_for(model))
     source = f"with invoke({EIFFEL!r}):\n    pass\nwith invoke({SHORT!r}):\n    h = model.transformer.h[0].output.save()"

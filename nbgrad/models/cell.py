@@ -48,8 +48,8 @@ def invoke_inputs(program, input, namespace: dict, magic: str = "%%trace") -> li
                          f"the invoke blocks only (`{magic} MODEL` with no INPUT)", first.line)
     values = []
     for invoke in program.invokes:
-        try:
-            values.append(eval(invoke.code, namespace))
+        try:          # a plain name bound in the namespace: what evaluating it gives, without a frame made for it
+            values.append(namespace[invoke.name] if invoke.name in namespace else eval(invoke.code, namespace))
         except Exception as error:
             raise InputError(f"invoke INPUT `{invoke.text}` could not be evaluated: {type(error).__name__}: "
                              f"{error}", invoke.line) from error

@@ -227,7 +227,8 @@ class _Builder:
     def _add_invoke(self, stmt: ast.With) -> int:
         value = invoke_value(stmt.items[0].context_expr, stmt.lineno)     # one INPUT, or keywords as a dict
         index = len(self.invokes)
-        self.invokes.append(Invoke(index, stmt.lineno, self._text(value), self._eval_code(value)))
+        self.invokes.append(Invoke(index, stmt.lineno, self._text(value), self._eval_code(value),
+                                   name=value.id if isinstance(value, ast.Name) else None))
         return index
 
     def _compile_node(self, index: int, stmt: ast.stmt, block, invoke) -> CompiledNode:

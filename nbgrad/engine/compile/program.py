@@ -113,6 +113,7 @@ class Invoke:
     text: str                     # the INPUT expression as written
     code: types.CodeType          # evaluated in the namespace before the run
     label: str = ""               # what its errors call it, when not `invoke(TEXT)` (a dataset's "the example")
+    name: str | None = None       # INPUT, when it is a plain name: read from the namespace where it is bound there
 
     def named(self) -> str:
         return self.label or f"invoke({self.text})"
