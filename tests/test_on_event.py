@@ -99,7 +99,7 @@ def test_an_invoke_statement_takes_its_rows_as_it_indexes(monkeypatch):
     for cell in ("a patch across invokes", "invokes of two rows and of one", "a tuple output in an invoke"):
         views.clear()
         nbgrad.trace(MODEL, None, ON_EVENT_CELLS[cell], {"model": MODEL, "torch": torch})
-        assert (views.count(tuple) == 2) if "tuple" in cell else views == [], (cell, views)     # (a tuple: view by view)
+        assert (views.count(tuple) == 2) if "tuple" in cell else views == [], (cell, views)    # (a tuple: by element)
     assert hook_count(MODEL) == 0
 
 

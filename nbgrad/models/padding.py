@@ -142,10 +142,11 @@ class Batch:
         again to a call that finds it as it was lent and held by nothing else (`_held`): a loop of traces that lets
         each Result go copies once. Taken while it is checked, so that two threads never share one."""
         lent, self.lent = self.lent, None
-        if lent is None or lent[2] is None or device is not None and device != lent[1] or _held(lent) != lent[2]:
+        where = self.stacked.device if device is None else device
+        if lent is None or lent[2] is None or where != lent[1] or _held(lent) != lent[2]:
             stacked = self.stacked      # (a clone where it is: `to(device, copy=True)` does more to find that out)
-            stacked = stacked.clone() if device is None or device == stacked.device else stacked.to(device, copy=True)
-            lent = [stacked.unbind(), stacked.device, None, _storage_of(stacked)]
+            stacked = stacked.clone() if where == stacked.device else stacked.to(where, copy=True)
+            lent = [stacked.unbind(), where, None, _storage_of(stacked)]
             del stacked
             lent[2] = _held(lent)
         ids, mask, positions = lent[0]

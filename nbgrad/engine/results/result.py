@@ -132,12 +132,13 @@ def saved_by_name(by_id: dict, bound_names: frozenset, namespace: dict) -> dict:
 
 def run_result(by_id: dict, bound_names: frozenset, namespace: dict, graph, shapes: dict, grad_sources=None,
                invoke_of=None) -> Result:
-    """A run's Result, with what is named built when first read: `Result.saved` is `saved_by_name(...)` (a
-    loop of traces that reads its values from the namespace never builds it), with gradients `Result.grad_pairs` is
-    `pairs_of(...)`, with invokes `Result.saved_invokes` is `invokes_of(...)`. Keeps what naming needs: the bound names of saved values and of containers that hold nothing
-    unsaved (a container that does is unbound from the namespace: its elements are named now), and with gradients
-    the ids of every bound value (a traced value the cell did not save is unbound as the run ends) and a copy of the
-    sources (the run clears its own). It runs cold, after the model's forward: one call does all of it."""
+    """A run's Result, with what is named built when first read: `Result.saved` is `saved_by_name(...)` (a loop of
+    traces that reads its values from the namespace never builds it), with gradients `Result.grad_pairs` is
+    `pairs_of(...)`, with invokes `Result.saved_invokes` is `invokes_of(...)`. Keeps what naming needs: the bound names
+    of saved values and of containers that hold nothing unsaved (a container that does is unbound from the namespace:
+    its elements are named now), and with gradients the ids of every bound value (a traced value the cell did not save
+    is unbound as the run ends) and a copy of the sources (the run clears its own). It runs cold, after the model's
+    forward: one call does all of it."""
     kept, saved, bound_ids = {}, None, {} if grad_sources else None
     for name in bound_names:
         value = namespace.get(name, _MISSING)

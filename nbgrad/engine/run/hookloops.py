@@ -14,12 +14,12 @@ from ..compile.program import Read
 from .elements import hold, walk
 from .scheduler import Task
 
-ALL = slice(None)
+ALL = slice(None)         # an on-event function's `:` where its statement is in no invoke
+
 
 class _Loop:
-    """What a loop's blocks share: its run, variable, body and use, how many blocks it has and which it takes next;
-    for a list, the name it is bound to, its elements so far and the blocks that came before their turn. `advance` is
-    what a block's event calls (the class's own method, so that a loop holds no reference to itself)."""
+    """What a loop's blocks share: run, variable, body, use, block count, the next block; for a list, its name, its
+    elements so far, blocks that came early. `advance`: what an event calls (the class's: no reference to itself)."""
     __slots__ = ("run", "name", "body", "use", "size", "next", "first", "result", "values", "early")
 
     def step(self, step: Task, value, error: Exception | None = None) -> None:

@@ -45,10 +45,10 @@ class Scheduler:
                  "in_statement", "current", "timeline", "phase", "forward_over", "failed", "hook_loops", "one_reads",
                  "one_events")
 
-    # Set as a run is made (Runtime.__init__, no call of its own). `pass_state`: per backward pass, "pending" | "running"
-    # | "done"; `finished`: indices; `tasks`: started, not finished; `parked`: event key -> [(task, request)]; `cause`:
-    # the use id of the event delivered now; `in_statement` > 0 while a statement's own code runs (module calls it
-    # makes are not events); `current`: the task whose code runs; `timeline`: (node index, use id of the event that
+    # Set as a run is made (Runtime.__init__, no call of its own). `pass_state`: per backward pass, "pending" |
+    # "running" | "done"; `finished`: indices; `tasks`: started, not finished; `parked`: event key -> [(task, request)];
+    # `cause`: the use id of the event delivered now; `in_statement` > 0 while a statement's own code runs (module calls
+    # it makes are not events); `current`: the task whose code runs; `timeline`: (node index, use id of the event that
     # woke it or None, phase); `phase`: "forward", "backward pass 0", ...; `forward_over`: the model's forward call
     # returned (a backward pass may run inside it); `failed`: the index of the node whose code raised
 
