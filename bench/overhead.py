@@ -1,8 +1,9 @@
 """nbgrad's overhead as a ratio against the same work done with raw PyTorch hooks, in one run.
 
 Each scenario runs nbgrad and raw hooks in pairs on the same model and ids, each first in every other pair;
-the ratio is median(nbgrad) / median(raw) over 100 runs each by default, and the fixed cost the median of the
-per-pair differences, with half the width of its 95% interval (what this run cannot tell apart). With
+the ratio is median(nbgrad) / median(raw) over 100 runs each by default, "per pair" the median of each pair's
+nbgrad / raw (steadier where the machine's speed drifts), and the fixed cost the median of the per-pair
+differences, with half the width of its 95% interval (what this run cannot tell apart). With
 `--device cuda` the models and ids live on the GPU, each timed run ends with `torch.cuda.synchronize()` (both
 sides alike), and memory is the CUDA caching allocator's peak. Run:
 `python bench/overhead.py [--runs N] [--small-runs N] [--device cpu|cuda] [--quiet-below LOAD]`.
@@ -138,9 +139,9 @@ def timed(fn) -> float:
 
 def paired(nbgrad_fn, raw_fn, runs: int) -> tuple:
     """(ratio of the medians, nbgrad's median, raw's median, median of the per-pair differences, half the width
-    of that median's 95% interval). The two run in pairs, each first in every other pair; the per-pair
-    difference is the steadier measure of the fixed cost on a machine whose speed drifts (both runs of a pair
-    see the same drift)."""
+    of that median's 95% interval, median of the per-pair ratios). The two run in pairs, each first in every other
+    pair; the per-pair difference and ratio are the steadier measures on a machine whose speed drifts (both runs of
+    a pair see the same drift), where the ratio of the medians moves with how each side's samples fall."""
     for _ in range(5):          # warm-up: allocator growth, lazy inits
         nbgrad_fn(), raw_fn()
     ours, theirs = [], []
@@ -154,7 +155,7 @@ def paired(nbgrad_fn, raw_fn, runs: int) -> tuple:
     ours_median, raw_median = statistics.median(ours), statistics.median(theirs)
     differences = [mine - other for mine, other in zip(ours, theirs)]
     return (ours_median / raw_median, ours_median, raw_median, statistics.median(differences),
-            median_interval(differences))
+            median_interval(differences), statistics.median([mine / other for mine, other in zip(ours, theirs)]))
 
 
 def median_interval(values: list) -> float:
@@ -207,7 +208,8 @@ def run_all(name, model, ids, runs, with_grad=True, tokenizer=None, own_model=Fa
     if with_grad:
         scenarios["(e) one block's gradient"] = (lambda: (nbgrad.trace(model, ids, GRAD_ONE), zero()),
                                                  lambda: (raw_grad_one(model, ids), zero()))
-    print(f"\n{name}  (ids {tuple(ids.shape)}, {runs} runs each in alternating pairs, ratio of the medians; "
+    print(f"\n{name}  (ids {tuple(ids.shape)}, {runs} runs each in alternating pairs, ratio of the medians, and the "
+          f"median of the per-pair ratios; "
           f"fixed cost = median of nbgrad - raw over the pairs, ± half its 95% interval; memory = peak tensor memory "
           f"of one run, nbgrad / raw)\n  [before: {machine_load()}]")
     rows, memory = {}, {}
@@ -222,10 +224,10 @@ def run_all(name, model, ids, runs, with_grad=True, tokenizer=None, own_model=Fa
         own_rows, own_memory = own_model_rows(runs, ids.device)
         rows.update(own_rows)
         memory.update(own_memory)
-    for label, (r, ours, raw, fixed, interval) in rows.items():
+    for label, (r, ours, raw, fixed, interval, per_pair) in rows.items():
         peak = f"   memory {memory[label]:5.3f}x" if label in memory else ""
-        print(f"  {label:34s} {r:5.3f}x   fixed {fixed * 1e6:+7.0f} ±{interval * 1e6:5.0f} us   "
-              f"nbgrad {ours * 1e3:7.3f} ms   raw hooks {raw * 1e3:7.3f} ms{peak}")
+        print(f"  {label:34s} {r:5.3f}x   per pair {per_pair:5.3f}x   fixed {fixed * 1e6:+7.0f} ±{interval * 1e6:5.0f} us"
+              f"   nbgrad {ours * 1e3:7.3f} ms   raw hooks {raw * 1e3:7.3f} ms{peak}")
     print(f"  [after: {machine_load()}]")
     return rows
 
