@@ -2,7 +2,7 @@
 
 Each scenario runs nbgrad and raw hooks in pairs on the same model and ids, each first in every other pair;
 the ratio is median(nbgrad) / median(raw) over 100 runs each by default, "per pair" the median of each pair's
-nbgrad / raw (steadier where the machine's speed drifts), and the fixed cost the median of the per-pair
+nbgrad / raw (both runs of a pair see the same drift of the machine's speed), and the fixed cost the median of the per-pair
 differences, with half the width of its 95% interval (what this run cannot tell apart). With
 `--device cuda` the models and ids live on the GPU, each timed run ends with `torch.cuda.synchronize()` (both
 sides alike), and memory is the CUDA caching allocator's peak. Run:
@@ -140,8 +140,9 @@ def timed(fn) -> float:
 def paired(nbgrad_fn, raw_fn, runs: int) -> tuple:
     """(ratio of the medians, nbgrad's median, raw's median, median of the per-pair differences, half the width
     of that median's 95% interval, median of the per-pair ratios). The two run in pairs, each first in every other
-    pair; the per-pair difference and ratio are the steadier measures on a machine whose speed drifts (both runs of
-    a pair see the same drift), where the ratio of the medians moves with how each side's samples fall."""
+    pair; the per-pair difference is the steadier measure of the fixed cost on a machine whose speed drifts (both
+    runs of a pair see the same drift). The per-pair ratio is printed beside the ratio of the medians, which moves
+    with how each side's samples fall, to learn over runs which of the two ratios is the steadier."""
     for _ in range(5):          # warm-up: allocator growth, lazy inits
         nbgrad_fn(), raw_fn()
     ours, theirs = [], []
