@@ -53,14 +53,18 @@ class Result:
     def graph(self, value) -> None:
         self._graph = value
 
+    def _by_saved_name(self, slot: str) -> dict:
+        """The dict in `slot`, keyed by saved names: {} for None, and a `Later` built from `saved` now, then kept."""
+        value = getattr(self, slot)
+        if value is None or type(value) is Later:
+            value = {} if value is None else value[0](self.saved, *value[1:])
+            setattr(self, slot, value)
+        return value
+
     @property
     def grad_pairs(self) -> dict:
         """Saved gradient name -> name of the tensor it flowed into."""
-        if self._grad_pairs is None:
-            self._grad_pairs = {}
-        elif type(self._grad_pairs) is Later:
-            self._grad_pairs = self._grad_pairs[0](self.saved, *self._grad_pairs[1:])
-        return self._grad_pairs
+        return self._by_saved_name("_grad_pairs")
 
     @grad_pairs.setter
     def grad_pairs(self, value: dict) -> None:
@@ -69,11 +73,7 @@ class Result:
     @property
     def saved_invokes(self) -> dict:
         """Saved name -> the index of the invoke whose statement saved it."""
-        if self._saved_invokes is None:
-            self._saved_invokes = {}
-        elif type(self._saved_invokes) is Later:
-            self._saved_invokes = self._saved_invokes[0](self.saved, *self._saved_invokes[1:])
-        return self._saved_invokes
+        return self._by_saved_name("_saved_invokes")
 
     @saved_invokes.setter
     def saved_invokes(self, value: dict) -> None:
