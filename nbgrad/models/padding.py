@@ -143,12 +143,11 @@ class Batch:
         each Result go copies once. Taken while it is checked, so that two threads never share one."""
         lent, self.lent = self.lent, None
         where = self.stacked.device if device is None else device
-        if lent is None or lent[2] is None or where != lent[1] or _held(lent) != lent[2]:
+        if lent is None or lent[2] is None or where != lent[1] or _held(lent[0], lent[3]) != lent[2]:
             stacked = self.stacked      # (a clone where it is: `to(device, copy=True)` does more to find that out)
             stacked = stacked.clone() if where == stacked.device else stacked.to(where, copy=True)
-            lent = [stacked.unbind(), where, None, _storage_of(stacked)]
-            del stacked
-            lent[2] = _held(lent)
+            views, storage = stacked.unbind(), _storage_of(stacked)
+            lent = (views, where, _held(views, storage), storage)     # (views, device, as lent, storage)
         ids, mask, positions = lent[0]
         self.lent = lent
         kwargs = {"input_ids": ids, "attention_mask": mask}
@@ -164,15 +163,15 @@ def _storage_of(tensor: torch.Tensor):
     return tensor.untyped_storage()._cdata if _USE_COUNT is not None else None
 
 
-def _held(lent: list) -> tuple:
+def _held(views: tuple, storage) -> tuple | None:
     """What says whether a lent copy is as it was lent and held by nothing else: its version (an edit in place
     bumps it); the references to each tensor, Python's and torch's (a Result's input ids, a saved autograd graph);
     the tensors that share its storage (a view). None where torch does not count those: it is not lent again."""
-    if lent[3] is None:
+    if storage is None:
         return None
-    ids, mask, positions = lent[0]
+    ids, mask, positions = views
     return (ids._version, sys.getrefcount(ids), sys.getrefcount(mask), sys.getrefcount(positions), ids._use_count(),
-            mask._use_count(), positions._use_count(), _USE_COUNT(lent[3]))
+            mask._use_count(), positions._use_count(), _USE_COUNT(storage))
 
 
 def spans_of(counts: list) -> list:
