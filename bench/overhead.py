@@ -2,8 +2,8 @@
 
 Each scenario runs nbgrad and raw hooks in pairs on the same model and ids, each first in every other pair;
 the ratio is median(nbgrad) / median(raw) over 100 runs each by default, "per pair" the median of each pair's
-nbgrad / raw (both runs of a pair see the same drift of the machine's speed), and the fixed cost the median of the per-pair
-differences, with half the width of its 95% interval (what this run cannot tell apart). With
+nbgrad / raw (both runs of a pair see the same drift of the machine's speed), and the fixed cost the median of the
+per-pair differences, with half the width of its 95% interval (what this run cannot tell apart). With
 `--device cuda` the models and ids live on the GPU, each timed run ends with `torch.cuda.synchronize()` (both
 sides alike), and memory is the CUDA caching allocator's peak. Run:
 `python bench/overhead.py [--runs N] [--small-runs N] [--device cpu|cuda] [--quiet-below LOAD]`.
@@ -227,8 +227,8 @@ def run_all(name, model, ids, runs, with_grad=True, tokenizer=None, own_model=Fa
         memory.update(own_memory)
     for label, (r, ours, raw, fixed, interval, per_pair) in rows.items():
         peak = f"   memory {memory[label]:5.3f}x" if label in memory else ""
-        print(f"  {label:34s} {r:5.3f}x   per pair {per_pair:5.3f}x   fixed {fixed * 1e6:+7.0f} ±{interval * 1e6:5.0f} us"
-              f"   nbgrad {ours * 1e3:7.3f} ms   raw hooks {raw * 1e3:7.3f} ms{peak}")
+        print(f"  {label:34s} {r:5.3f}x   per pair {per_pair:5.3f}x   fixed {fixed * 1e6:+7.0f} "
+              f"±{interval * 1e6:5.0f} us   nbgrad {ours * 1e3:7.3f} ms   raw hooks {raw * 1e3:7.3f} ms{peak}")
     print(f"  [after: {machine_load()}]")
     return rows
 
