@@ -30,7 +30,7 @@ class ForwardEvents:
     statement kinds (a quiet cell deferred, the model's own output answered from what its call returns)."""
     __slots__ = ("runtime", "uses", "values", "live", "late_hooks", "model_running", "done", "tuple_reads",
                  "other_reads", "last_replacement", "requested", "sinks", "early_sinks", "cache_only", "stopping",
-                 "quick", "quiet", "logged", "answers_return", "returned", "held", "covered")
+                 "quick", "batch", "quiet", "logged", "answers_return", "returned", "held", "covered")
 
     def __init__(self, runtime, fast: bool = False):
         program = runtime.program
@@ -46,8 +46,10 @@ class ForwardEvents:
         self.sinks: dict = {}            # event key -> callbacks that get each value (a cache(...) of the cell)
         self.early_sinks: dict = {}      # event key -> callbacks that see it before the statements waiting on it
         self.cache_only: set = set()     # event keys only a copying cache watches: no value kept for statements
-        # One read waiting is answered with the event's value itself: no invoke's rows to cut, no row-0 hint
+        # One read waiting is answered with the event's value itself: no invoke's rows to cut, no row-0 hint; in
+        # invokes, one whose statement takes its rows as it indexes (`read`'s slice case), given a value of `batch` rows
         self.quick = runtime.rows is None and not program.row_zero
+        self.batch = runtime.rows.batch_size if runtime.rows is not None and not program.row_zero else None
         self.quiet = fast and program.quiet   # the deferred kind: events logged, statements answered after the model
         self.logged = None               # a quiet cell's events, key -> value in the order they came, until replayed
         self.answers_return = fast       # the model's own output may be answered from what its call returns
@@ -222,7 +224,8 @@ class ForwardEvents:
             outer_live, self.live = self.live, key
             try:
                 task, request = waiting[0]
-                if len(waiting) > 1 or type(request) is not Read or not self.quick:
+                if len(waiting) > 1 or type(request) is not Read or not self.quick and not (type(task.item) is slice
+                        and type(value) is Tensor and not PARTIAL and value.dim() and value.shape[0] == self.batch):
                     Scheduler.deliver(runtime, key)
                 else:            # one read waits, the common case: the core's delivery and `read`, written out
                     del runtime.parked[key]

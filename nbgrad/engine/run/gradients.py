@@ -151,8 +151,7 @@ class GradientEvents:
              else loss.backward(*args, **kwargs))
         except RuntimeError as error:
             if "second time" in str(error):
-                raise GradError(diagnose.second_backward(backward_pass, self.freed_by),
-                                backward_pass.line) from error
+                raise GradError(diagnose.second_backward(backward_pass, self.freed_by), backward_pass.line) from error
             raise
         finally:
             self.running.pop()
@@ -173,8 +172,7 @@ class GradientEvents:
             _, request = parked[key][0]
             use = self.uses[request.use]
             late = (id(request.tensor), pass_index) in self.late
-            raise GradError(diagnose.grad_never_computed(use, request.tensor, self.passes[pass_index], late),
-                            use.line)
+            raise GradError(diagnose.grad_never_computed(use, request.tensor, self.passes[pass_index], late), use.line)
 
     def close(self) -> None:
         """Let go of every gradient and of the run: no cycle left (run <-> its GradientEvents), so that both go by

@@ -45,8 +45,7 @@ class Runtime(Scheduler):
     # Slots: a run's state is read and written at every step of the cell, run cold between two forward passes, and a
     # slot is read in place where a dict of some 25 keys is a lookup each time (bench/instructions.py)
     __slots__ = ("model", "no_grad", "rows", "hooks", "forward", "_gradients", "by_id", "invoke_of", "shapes", "state",
-                 "recorders", "stopped_at", "stepping", "fast", "thread_runtimes", "_exited", "__weakref__",
-                 "__dict__")
+                 "recorders", "stopped_at", "stepping", "fast", "thread_runtimes", "_exited", "__weakref__", "__dict__")
 
     def __init__(self, program: Program, namespace: dict, model: nn.Module | None = None, no_grad: bool = False,
                  rows=None, fast: bool = False):
