@@ -110,7 +110,7 @@ def start_one(run, node) -> bool:
     first.node, first.index, first.gen, first.loop = node, index, None, None      # as a loop's (start_loop)
     run.tasks.append(first)
     try:
-        answered, value = run.forward.read(step, Read(None, one.use, None))
+        answered, value = run.forward.read(step, tuple.__new__(Read, (None, one.use, None)))   # (no Python call)
     except Exception:       # (too late, never came): said as the statement says it, from its line, as written
         run.tasks.remove(first)
         return False
@@ -135,7 +135,7 @@ def start_loop(run, node) -> bool:
     state = _EditLoop() if loop.result is None else _ListLoop()
     state.run, state.name, state.body, state.use = run, loop.name, types.FunctionType(loop.body, ns), loop.use
     state.size, state.next, state.result, state.values, state.early = len(blocks), 0, loop.result, [], {}
-    request, index, cause = Read(None, loop.use, None), node.spec.index, run.cause
+    request, index, cause = tuple.__new__(Read, (None, loop.use, None)), node.spec.index, run.cause
     parked, hooks = run.parked, []
     on_event = forward._log_event if forward.quiet else forward._on_event   # `forward.hook`'s, a block being no model
     for position, block in enumerate(blocks):
