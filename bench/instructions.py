@@ -8,7 +8,10 @@ nbgrad and raw hooks each get a process. Printed per scenario: instructions per 
 and the difference. The ratio is far smaller than the time ratio: most of a cell's time over raw hooks is
 its code and data coming back into the caches that the model's forward filled. Needs valgrind
 (`apt-get install valgrind`). Each side runs in minutes under valgrind, so the rows come as they finish, and
-`--only` picks scenarios. Run: `python bench/instructions.py [--runs 20] [--only "(a)" "(c)"]`.
+`--only` picks scenarios. With `--caches` (slower), also the misses per cell, nbgrad minus raw, of this machine's
+caches simulated: the first level's (I1, D1) and the L2's (LL). Those, not the instructions, are most of the time:
+on (f) about 10,000 first-level and 3,000 L2 misses a cell against 230,000 instructions.
+Run: `python bench/instructions.py [--runs 20] [--only "(a)" "(c)"] [--caches]`.
 """
 from __future__ import annotations
 
@@ -57,23 +60,29 @@ def child(label: str, who: str, runs: int) -> None:
     functools.reduce(lambda _, __: run(), range(runs), None)
 
 
-def counted(label: str, who: str, runs: int) -> int:
-    """Instructions per cell of one side of one scenario."""
+# With --caches: this machine's caches per core (lscpu: 64 KiB L1i, 48 KiB L1d, 2 MiB L2) simulated as well
+CACHES = ["--cache-sim=yes", "--I1=65536,8,64", "--D1=49152,12,64", "--LL=2097152,16,64"]
+
+
+def counted(label: str, who: str, runs: int, caches: bool = False) -> dict:
+    """Instructions per cell of one side of one scenario ("I"); with `caches`, also its misses per cell in the first
+    level caches ("I1", "D1") and in the second ("LL", what the first two missed and the L2 missed too)."""
     with tempfile.TemporaryDirectory() as folder:
         command = ["valgrind", "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=functools_reduce",
-                   f"--callgrind-out-file={os.path.join(folder, 'out')}", sys.executable, __file__, "--child",
-                   label, who, str(runs)]
+                   *(CACHES if caches else []), f"--callgrind-out-file={os.path.join(folder, 'out')}",
+                   sys.executable, __file__, "--child", label, who, str(runs)]
         env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
                "PYTHONPATH": os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")])}
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
-    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
-    return int(found.group(1).replace(",", "")) // runs
+    found = dict(re.findall(r"\b(I(?=\s+refs)|(?:I1|D1|LL)(?=\s+misses))\s+\w+:\s+([\d,]+)", done.stderr))
+    return {kind: int(count.replace(",", "")) // runs for kind, count in found.items()}
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--only", nargs="+", metavar="SCENARIO", help="only these, e.g. --only (a) (c)")
+    parser.add_argument("--caches", action="store_true", help="also the cache misses per cell (slower)")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -87,12 +96,14 @@ def main(argv=None) -> None:
     print(f"instructions per cell (callgrind, {args.runs} cells each, embedded model): nbgrad / raw hooks; each "
           f"side a process under valgrind (minutes each), each row printed as its two finish", flush=True)
     with ThreadPoolExecutor(max_workers=max(1, min(2 * len(labels), os.cpu_count() or 1))) as pool:
-        sides = {label: [pool.submit(counted, label, who, args.runs) for who in ("nbgrad", "raw")]
+        sides = {label: [pool.submit(counted, label, who, args.runs, args.caches) for who in ("nbgrad", "raw")]
                  for label in labels}
         for label in labels:
             ours, raw = (side.result() for side in sides[label])
-            print(f"  {label:34s} {ours / raw:6.4f}x   {ours - raw:+9,d} instructions   "
-                  f"nbgrad {ours:12,d}   raw hooks {raw:12,d}", flush=True)
+            misses = "".join(f"   {kind} misses {ours[kind] - raw[kind]:+7,d}" for kind in ("I1", "D1", "LL")
+                             if kind in ours)
+            print(f"  {label:34s} {ours['I'] / raw['I']:6.4f}x   {ours['I'] - raw['I']:+9,d} instructions   "
+                  f"nbgrad {ours['I']:12,d}   raw hooks {raw['I']:12,d}{misses}", flush=True)
     return None
 
 
