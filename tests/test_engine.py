@@ -8,7 +8,7 @@ from torch import nn
 
 import nbgrad
 from nbgrad.engine.compile.compiler import compile_cell
-from helpers import assert_clean, hooked, model_state
+from helpers import assert_clean, hooked, model_state, tiny_gpt2
 
 
 def raw_outputs(model, ids, modules, edit=None):
@@ -460,3 +460,20 @@ def test_a_statement_that_would_pause_inside_inference_mode_or_autocast_says_so(
                                 "    y = (h * model.transformer.h[0].output).save()\n"     # block 0 has run: answered
                                 "    z = model.transformer.h[3].output.float().save()", ns)    # then it pauses
     assert_clean(tiny, before)
+
+
+def test_a_deleted_model_is_freed_by_the_caches_read_before_every_cell(ids):
+    """The caches that spare each cell its checks (the model's input embeddings and token limits, ids already
+    checked) hold a model weakly: once the notebook lets it go, it goes, and nothing of it stays in them."""
+    from nbgrad.models import inputs, limits
+    model = tiny_gpt2()
+    for _ in range(2):      # the second cell reads what the first kept
+        saved = nbgrad.trace(model, ids, "h = model.transformer.h[0].output.save()").saved["h"]
+    assert id(model) in limits._limits and id(model) in limits._embeddings
+    gone, model_id = weakref.ref(model), id(model)
+    del model
+    gc.collect()
+    assert gone() is None
+    assert model_id not in limits._limits and model_id not in limits._embeddings
+    assert all(type(entry[2]) is weakref.ref for entry in inputs._checked.values())   # dead ones bounded in number
+    assert saved.shape[:2] == ids.shape

@@ -74,21 +74,22 @@ def check_token_range(low: int, high: int, length: int, model: nn.Module) -> Non
                          f"{positions_source} = {positions}. Shorten the input")
 
 
-_limits: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
+# id(model) -> (weak reference to the model, structure version, its limits): read before every cell on text
+_limits: dict = {}
 
 
 def limits(model: nn.Module) -> tuple:
     """((vocabulary size, where it comes from), (position limit, where it comes from)); None where unknown.
     Cached per model until any module is registered anywhere."""
-    cached = _limits.get(model)
-    if cached is not None and cached[0] == moduletree._structure_version[0]:
-        return cached[1]
+    cached = _limits.get(id(model))
+    if cached is not None and cached[0]() is model and cached[1] == moduletree._structure_version[0]:
+        return cached[2]
     embeddings = _token_table(model)
     vocabulary = (None, "")
     if embeddings is not None:
         vocabulary = (embeddings.num_embeddings, f"{_path_of(model, embeddings)}.num_embeddings")
     found = (vocabulary, _position_limit(model, embeddings))
-    _limits[model] = (moduletree._structure_version[0], found)
+    _limits[id(model)] = (weakly(model, _limits), moduletree._structure_version[0], found)
     return found
 
 
