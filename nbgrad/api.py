@@ -20,15 +20,14 @@ from .engine.listing import listing
 from .engine.edit.edits import Edit, install, names_read
 from .engine.edit.editstack import stack_on
 from .engine.run.moduletree import compiled_inner
-from .engine.run.rows import InvokeRows
 from .engine.run.runtime import Runtime, active_runtime
 from .errors import GradError, NbgradError
 from .errors.options import checked_options, options_of, unknown_option
 from .errors.naming import a_or_an, tensor_names
-from .models.batching import batch_invokes
-from .models.cell import call_options, default_namespace, invoke_inputs, model_to_trace
+from .models.cell import call_options, default_namespace
 from .models.inputs import call_arguments, input_ids_of
 from .models.loading import remember
+from .models.prepare import prepared
 from .models.skeleton import on_skeleton
 from .models.wrongcall import note_input
 from .names import rewrite_of
@@ -79,7 +78,7 @@ def trace(model: nn.Module, input, source: str, namespace: dict | None = None, *
         (args, kwargs), values, rows = call_arguments(input, model, tokenizer), [], None
         ids = None if args[0].is_floating_point() else args[0]       # input_ids_of, written out
     else:
-        model, args, kwargs, values, rows = _prepared(program, model, input, tokenizer, namespace)
+        model, args, kwargs, values, rows = prepared(program, model, input, tokenizer, namespace)
         ids = input_ids_of(args, kwargs)
     try:
         result = Runtime(program, namespace, model, no_grad, rows, fast=runner == "fast").run_trace(args, kwargs)
@@ -121,18 +120,6 @@ def _canonical_trace(model, input, source: str, namespace, **options) -> Result:
         result = trace(model, input, rewrite.text, namespace, **options, _aliased=True)
     wrap_caches(rewrite, namespace, result)
     return result
-
-
-def _prepared(program, model, input, tokenizer, namespace: dict) -> tuple:
-    """(model to hook, args, kwargs, invoke INPUTs, InvokeRows or None) for a cell on text, a compiled model or
-    invokes (`trace` does ids on an eager model itself)."""
-    # A tensor INPUT needs no tokenizer: only text does (an INPUT, or an invoke's)
-    model, tokenizer = model_to_trace(model, tokenizer, wanted=bool(program.invokes) or type(input) is not torch.Tensor)
-    if not program.invokes:
-        return (model, *call_arguments(input, model, tokenizer), [], None)
-    values = invoke_inputs(program, input, namespace)
-    args, kwargs, spans = batch_invokes(values, program.invokes, model, tokenizer)
-    return model, args, kwargs, values, InvokeRows(spans, spans[-1][1])
 
 
 @checked_options("nbgrad.backward")

@@ -48,13 +48,15 @@ OWN_MODEL_CALL_BUDGET = 25
 TWO_READS_OF_ONES_OWN = "h = model[1].output.save()\ny = model.output.save()"
 OWN_MODEL_TWO_READS_CALL_BUDGET = 28
 TENSOR_OP_BUDGET = 0
-# bench/overhead.py's (f) cell, two invokes with a patch: 70 calls, each statement an on-event function
+# bench/overhead.py's (f) cell, two invokes with a patch: 59 calls, run again as its last run was (models/prepare.py,
+# `again`: the batch, the tokenizer's state and the model's limits asked of what the last run found); 70 with the
+# full way (`batch_invokes`) before every cell, each statement an on-event function
 # (run/hookloops.py, start_one) that takes its invoke's rows as it indexes, and is woken by its event as one read
 # outside invokes is (ForwardEvents._on_event: 74 through the core's delivery and `read`), its INPUTs read by name and
 # `saved_invokes` built when read; 80 with a view of the rows per statement and both built as the cell ended; 82 as
 # generators started, parked and resumed; 85 before a started node was removed from the unstarted by identity, not
 # by comparing its fields, and a target one of whose uses a statement waits on was looked up again
-INVOKES_CALL_BUDGET = 72
+INVOKES_CALL_BUDGET = 61
 
 
 def _nbgrad_calls(run) -> collections.Counter:

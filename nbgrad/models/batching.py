@@ -64,16 +64,21 @@ def _rows_per_invoke(values: list, invokes: list, tokenizer) -> list:
 
 
 def _text_batch(values: list, invokes: list, model: nn.Module, tokenizer) -> tuple:
-    """Text padded on the left; ids, attention mask and position ids made into tensors at once, on the
-    input device. This runs before every cell with invokes, so the batch is kept per set of INPUTs and
-    each call gets its own copy (a cell may edit its inputs in place)."""
+    batch = text_batch(values, invokes, model, tokenizer)
+    return (), batch.call_kwargs(model, input_device(model)), batch.spans
+
+
+def text_batch(values: list, invokes: list, model: nn.Module, tokenizer) -> Batch:
+    """Text padded on the left; ids, attention mask and position ids made into tensors at once (Batch). This runs
+    before every cell with invokes, so the batch is kept per set of INPUTs, and each call gets its own copy on the
+    input device (a cell may edit its inputs in place: Batch.call_kwargs)."""
     if tokenizer is None:
         raise InputError(no_tokenizer_message(model), invokes[0].line)
     key = (tuple(value if isinstance(value, str) else tuple(value) for value in values)
            if list in map(type, values) else tuple(values), pad_key(tokenizer))
     batch = remembered(tokenizer, key, lambda: Batch(_rows_per_invoke(values, invokes, tokenizer), pad_id(tokenizer)))
     check_token_range(batch.low, batch.high, batch.stacked.shape[-1], model)
-    return (), batch.call_kwargs(model, input_device(model)), batch.spans
+    return batch
 
 
 def _concatenated(calls: list, invokes: list) -> tuple:
