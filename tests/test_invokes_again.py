@@ -109,7 +109,7 @@ def test_a_model_whose_vocabulary_shrank_is_checked_again(model, full_ways):
     assert len(full_ways) == 3
 
 
-def test_what_the_last_run_found_keeps_neither_model_nor_tokenizer_alive(model):
+def test_what_the_last_run_found_keeps_no_model_tokenizer_or_weight_alive(model):
     tokenizer = copy.deepcopy(nbgrad.tokenizer_for(model))
     small = _small_model(tokenizer)
     namespace = {"model": small, "CLEAN": EIFFEL, "CORRUPT": COLOSSEUM}
@@ -120,7 +120,7 @@ def test_what_the_last_run_found_keeps_neither_model_nor_tokenizer_alive(model):
     assert tokenizer_gone() is None
     with pytest.raises(nbgrad.InputError, match="^line 2: a text INPUT needs a tokenizer"):   # (the model has none)
         nbgrad.trace(small, None, PATCH, namespace, no_grad=True)
-    model_gone = weakref.ref(small)
+    model_gone, weight_gone = weakref.ref(small), weakref.ref(small.transformer.wte.weight)
     del small, namespace
     gc.collect()
-    assert model_gone() is None
+    assert model_gone() is None and weight_gone() is None

@@ -45,9 +45,10 @@ def prepared(program, model, input, tokenizer, namespace: dict) -> tuple:
 
 
 class _Last:
-    """The last run's program, model and tokenizer (weakly), INPUTs, the tokenizer's state (what its kept batches are
-    keyed by), the structure version (the model's token range and input embeddings hold while it does), the
-    embeddings' weight and its device (input_device's common case), and the batch."""
+    """The last run's program, model and tokenizer, INPUTs, the tokenizer's state (what its kept batches are keyed by),
+    the structure version (the model's token range and input embeddings hold while it does), the input embeddings,
+    their weight and its device (input_device's common case), and the batch. The model, tokenizer, embeddings and
+    weight weakly: a deleted model leaves nothing of it here."""
     __slots__ = ("program", "model", "tokenizer", "values", "state", "version", "embeddings", "weight", "device",
                  "batch")
 
@@ -70,9 +71,9 @@ def again(program, model, tokenizer, values: list) -> tuple | None:
             (special.get("pad_token"), special.get("eos_token")) if type(special) is dict else pad_key(tokenizer)) \
             != last.state or moduletree._structure_version[0] != last.version:
         return None
-    embeddings, weight = last.embeddings, last.weight
-    if ("_hf_hook" in embeddings.__dict__ or "_hf_hook" in model.__dict__ or embeddings._parameters.get("weight")
-            is not weight or weight.device != last.device):
+    embeddings, weight = last.embeddings(), last.weight()
+    if (embeddings is None or "_hf_hook" in embeddings.__dict__ or "_hf_hook" in model.__dict__
+            or embeddings._parameters.get("weight") is not weight or weight.device != last.device):
         return None
     batch = last.batch
     return model, (), batch.call_kwargs(model, last.device), values, InvokeRows(batch.spans, batch.spans[-1][1])
@@ -92,8 +93,8 @@ def keep(program, model, tokenizer, values: list) -> None:
         _last.pop(id(program), None)
         return
     last.program, last.values = program, list(values)
-    last.version, last.embeddings, last.weight, last.device = moduletree._structure_version[0], embeddings, weight, \
-        weight.device
+    last.version, last.device = moduletree._structure_version[0], weight.device
+    last.embeddings, last.weight = weakref.ref(embeddings), weakref.ref(weight)
     last.batch = text_batch(values, program.invokes, model, tokenizer)
     if len(_last) >= _LAST_KEPT and id(program) not in _last:
         del _last[next(iter(_last))]
