@@ -11,6 +11,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 import nbgrad
 from nbgrad.models import prepare
 from helpers import alone, assert_clean, model_state
+from interrupts import Injector
 
 EIFFEL = "The Eiffel Tower is in the city of"
 COLOSSEUM = "The Colosseum is in"
@@ -124,3 +125,31 @@ def test_what_the_last_run_found_keeps_no_model_tokenizer_or_weight_alive(model)
     del small, namespace
     gc.collect()
     assert model_gone() is None and weight_gone() is None
+
+
+@pytest.mark.parametrize("kept", [False, True], ids=["the full way, then keep", "again"])
+def test_an_interrupt_at_any_line_of_the_preparation_leaves_nothing_and_the_next_cell_works(model, kept, monkeypatch):
+    """A KeyboardInterrupt at each line prepare.py runs (its every line event), on a cell's first run (`keep`) and on
+    a run again (`again`): no hook on the model, no name of ours in the namespace, and the next cell is right."""
+    monkeypatch.setattr(prepare, "_last", {})
+    before = model_state(model)
+    namespace = {"model": model, "CLEAN": EIFFEL, "CORRUPT": COLOSSEUM}
+    expected = _patched_by_hooks(model, EIFFEL, COLOSSEUM)
+
+    def run():
+        return nbgrad.trace(model, None, PATCH, namespace, no_grad=True)
+    if kept:
+        run()
+    with Injector(record=True) as clean:
+        run()
+    points = [k for k, (filename, _, _) in enumerate(clean.lines, start=1) if filename == "prepare.py"]
+    assert len(points) > 10
+    for k in points:
+        if not kept:
+            prepare._last.clear()
+        with pytest.raises(KeyboardInterrupt):
+            with Injector(at=k):
+                run()
+        assert_clean(model, before)
+        assert set(namespace) <= {"model", "CLEAN", "CORRUPT", "clean", "patched", "__builtins__"}
+        torch.testing.assert_close(run().saved["patched"], expected, atol=1e-4, rtol=1e-4)
