@@ -48,7 +48,7 @@ OWN_MODEL_CALL_BUDGET = 25
 TWO_READS_OF_ONES_OWN = "h = model[1].output.save()\ny = model.output.save()"
 OWN_MODEL_TWO_READS_CALL_BUDGET = 28
 TENSOR_OP_BUDGET = 0
-# bench/overhead.py's (f) cell, two invokes with a patch: 59 calls, run again as its last run was (models/prepare.py,
+# bench/overhead.py's (f) cell, two invokes with a patch: 61 calls, run again as its last run was (models/prepare.py,
 # `again`: the batch, the tokenizer's state and the model's limits asked of what the last run found); 70 with the
 # full way (`batch_invokes`) before every cell, each statement an on-event function
 # (run/hookloops.py, start_one) that takes its invoke's rows as it indexes, and is woken by its event as one read

@@ -19,7 +19,7 @@ from .cell import invoke_inputs, model_to_trace
 from .inputs import _META, call_arguments
 from .limits import input_embeddings
 from .loading import tokenizer_for
-from .padding import _NO_DICT, pad_key
+from .padding import pad_key
 
 _last: dict = {}         # id(program) -> _Last: what the program's last run on text found
 _LAST_KEPT = 64
@@ -66,10 +66,7 @@ def again(program, model, tokenizer, values: list) -> tuple | None:
     for value, before in zip(values, last.values):
         if value is not before and not (type(value) is str and value == before):
             return None
-    special = getattr(tokenizer, "__dict__", _NO_DICT).get("_special_tokens_map")     # _state, written out
-    if (len(tokenizer), getattr(tokenizer, "add_bos_token", None), getattr(tokenizer, "add_eos_token", None),
-            (special.get("pad_token"), special.get("eos_token")) if type(special) is dict else pad_key(tokenizer)) \
-            != last.state or moduletree._structure_version[0] != last.version:
+    if _state(tokenizer) != last.state or moduletree._structure_version[0] != last.version:
         return None
     embeddings, weight = last.embeddings(), last.weight()
     if (embeddings is None or "_hf_hook" in embeddings.__dict__ or "_hf_hook" in model.__dict__
