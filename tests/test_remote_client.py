@@ -1,6 +1,8 @@
 """`nbgrad.remote(...)` through a Ray client (`ray.init("ray://127.0.0.1:PORT")`), as a notebook off the cluster
 connects: the Ray tests' head node (conftest's ray_head, whose client server listens on 127.0.0.1), one actor, every
 cell form of tests/test_remote.py equal to a local copy's, and its errors, interrupt and killed actor as there."""
+import os
+
 import pytest
 import torch
 
@@ -16,9 +18,25 @@ ray = pytest.importorskip("ray")
 PROMPT = "The Eiffel Tower is in the city of"
 
 
+# How long the client and its server wait for a broken data channel to come back before the server ends the
+# session (the client sends it as it connects; 30 s unless set). On this project's busy two-core machine the channel
+# once broke and came back later than that, and every later request failed ("Attempted to reconnect a session that has
+# already been cleaned up"). Not much longer: a connect the server fails (its client server once died as it started)
+# holds `ray.init` that long before start_cluster can try again, and three tries must end within the test's timeout
+RECONNECT_GRACE_S = "90"
+
+
 @pytest.fixture(scope="module")
 def big(ray_head):
-    start_cluster(attempts=3, address=ray_head.client_address, logging_level="ERROR")
+    before = os.environ.get("RAY_CLIENT_RECONNECT_GRACE_PERIOD")
+    os.environ["RAY_CLIENT_RECONNECT_GRACE_PERIOD"] = RECONNECT_GRACE_S     # read as the client connects
+    try:
+        start_cluster(attempts=3, address=ray_head.client_address, logging_level="ERROR")
+    finally:
+        if before is None:
+            del os.environ["RAY_CLIENT_RECONNECT_GRACE_PERIOD"]
+        else:
+            os.environ["RAY_CLIENT_RECONNECT_GRACE_PERIOD"] = before
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
