@@ -79,6 +79,22 @@ def ray_head():
         head.stop()
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test on the Ray head shows the end of the head's client-server logs: the server's side of a broken
+    connection, which the test's own output does not hold and which goes with the head's folder as the session ends."""
+    report = (yield).get_result()
+    head = getattr(item, "funcargs", {}).get("ray_head")
+    if report.failed and head is not None:
+        for log in sorted(Path(head.folder).glob("session_latest/logs/ray_client_server*")):
+            lines = log.read_text(errors="replace").splitlines()[-HEAD_LOG_LINES:]
+            if lines:
+                report.sections.append((f"Ray head: {log.name}, last lines", "\n".join(lines)))
+
+
+HEAD_LOG_LINES = 40
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         group = "lab" if item.path.parent.name == "browser" else "ray" if item.path.name in RAY_MODULES \
