@@ -2,9 +2,11 @@
 (nbgrad/datasets/waiting.py). Ray's client holds a lock of its connection while it waits for an answer; an
 interrupt raised there at the wrong line left it held, and the run's stop request, then every request after it,
 hung for good (seen through a `ray://` client under load). Here a fake `ray.get` waits as that client does:
-holding a lock that only a normal return gives back. And a request that changes nothing there is sent again when
-the client's server dropped its result, as seen after a killed actor."""
+holding a lock that only a normal return gives back; sending a request is the client's code too, and is done off the
+main thread as well. And a request that changes nothing there is sent again when the client's server dropped its
+result, as seen after a killed actor."""
 import _thread
+import importlib
 import threading
 
 import pytest
@@ -119,3 +121,77 @@ def test_a_request_that_changes_nothing_is_sent_again_when_the_client_server_dro
     with pytest.raises(ValueError, match="some other error"):
         big.read("transformer.wte.weight")
     assert calls == ["read"]
+
+
+def sent_from(monkeypatch) -> list:
+    """(what, sent from the main thread?) for each request a handle sends, its actor's making and killing too."""
+    handle_module = importlib.import_module("nbgrad.remote.handle")      # (nbgrad.remote is the function)
+    from inprocess import InProcess, Method
+    from nbgrad.remote.actor import ModelHolder
+    sent, real_send = [], Method.remote
+
+    def note(what: str) -> None:
+        sent.append((what, threading.current_thread() is threading.main_thread()))
+
+    class Holders:
+        def options(self, **options):
+            return self
+
+        def remote(self, build):
+            note("make")
+            return InProcess(ModelHolder(build))
+    monkeypatch.setattr(Method, "remote",
+                        lambda method, *args: (note(method.function.__name__), real_send(method, *args))[1])
+    monkeypatch.setattr(handle_module, "holder_class", Holders)
+    monkeypatch.setattr(ray, "kill", lambda actor: note("kill"))
+    return sent
+
+
+def test_every_request_of_a_handle_is_sent_off_the_main_thread(monkeypatch):
+    """Sending is Ray's client code too, with its connection's locks: an interrupt must not land there either."""
+    sent = sent_from(monkeypatch)
+    big = in_process_handle(monkeypatch, nbgrad.load_model)
+    namespace = {"big": big}
+    nbgrad.trace(big, "Hi", "h = big.transformer.h[1].output.save()\n", namespace)
+    del namespace["h"]                                      # its copy there is forgotten with the next cell
+    nbgrad.trace(big, "Hi", "y = big.transformer.h[1].output.save()\n", namespace)
+    big.transformer.wte.weight
+    big.call(lambda model: None)
+    big.zero_grad()
+    big.restart()
+    assert [what for what, _ in sent] == ["describe", "run", "forget", "run", "read", "call", "zero_grad", "kill",
+                                         "make", "describe"]
+    assert [what for what, from_main in sent if from_main] == []
+
+
+def test_an_interrupt_as_a_cell_is_sent_lands_in_the_wait_and_stops_the_run_once_sent(monkeypatch):
+    """The interrupt reaches the notebook; the request, sent on untouched, is stopped there once it is sent (here the
+    in-process actor has run it whole as it was sent); the connection and the model stay clean."""
+    from inprocess import Method
+    exchange = importlib.import_module("nbgrad.remote.exchange")
+    big, client = in_process_handle(monkeypatch, nbgrad.load_model), ClientLike()
+    stops, stopping = [], threading.Event()
+    real_send, stop_there = Method.remote, exchange._stop_there
+    monkeypatch.setattr(Method, "remote", lambda method, *args: real_send(method, *(
+        (client.get(args[0]),) if method.function.__name__ == "run" else args)))
+    monkeypatch.setattr(exchange, "_stop_there", lambda *args: (stops.append("stop"), stopping.set(),
+                                                                stop_there(*args))[2])
+    monkeypatch.setattr(ray, "cancel", lambda task: stops.append("cancel"))
+    monkeypatch.setattr(ray, "wait", lambda tasks, timeout=None: (tasks, []))
+
+    def interrupt_then_send():
+        if client.entered.wait(30):
+            _thread.interrupt_main()
+            if stopping.wait(30):           # the interrupt has reached the notebook's wait, which stops the run
+                client.answer_now.set()
+    threading.Thread(target=interrupt_then_send, daemon=True).start()
+    namespace = {"big": big}
+    with pytest.raises(KeyboardInterrupt):
+        nbgrad.trace(big, "Hi", "h = big.transformer.h[1].output.save()\n", namespace)
+    assert client.broken_in == [] and stops == ["stop", "cancel"] and "h" not in namespace
+    assert big.call(lambda model: sum(len(m._forward_hooks) for m in model.modules())) == 0
+    client.entered.clear()
+    nbgrad.trace(big, "Hi", "y = big.transformer.h[1].output.save()\n", namespace)
+    here = {"big": nbgrad.load_model()}
+    nbgrad.trace(here["big"], "Hi", "y = big.transformer.h[1].output.save()\n", here)
+    assert torch.equal(namespace["y"], here["y"])

@@ -163,7 +163,7 @@ def _drop_pools() -> None:
     for key in list(_pools):
         for actor in _pools.pop(key)[1]:
             try:
-                ray.kill(actor)
+                off_main(ray.kill, actor)
             except Exception:            # an actor already dead, or of a cluster since shut down
                 pass
 
@@ -182,7 +182,7 @@ def _actors(build, key, workers) -> list:
     _drop_pools()
     options = {"num_gpus": 1} if gpus else {"num_cpus": 1}
     worker = _worker_class().options(**options)
-    actors = [worker.remote(build) for _ in range(count)]
+    actors = off_main(lambda: [worker.remote(build) for _ in range(count)])
     _pools[pool_key] = (job, actors, build)
     return actors
 
@@ -190,7 +190,7 @@ def _actors(build, key, workers) -> list:
 def _all_alive(ray, actors: list) -> bool:
     """Whether every kept actor still answers (one that died while idle would fail the next run's batches)."""
     try:
-        ray.get([actor.ready.remote() for actor in actors], timeout=60)
+        off_main(lambda: ray.get([actor.ready.remote() for actor in actors], timeout=60))
     except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
         return False
     return True

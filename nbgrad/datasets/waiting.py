@@ -1,8 +1,9 @@
-"""Waiting on Ray from the notebook's main thread, where an interrupt lands: a remote model's requests and
-`--engine ray`'s batches. A thread of its own waits for the answer and the main thread waits on that thread: an
-interrupt then lands in that wait, never inside Ray's client code. Landing there at the wrong line (an interrupt
-comes at any line) can leave one of the connection's locks held, and every later request on that connection, the
-one that stops the run included, hangs for good."""
+"""Waiting on Ray from the notebook's main thread, where an interrupt lands: a remote model's requests (each sent
+and waited for), its actor made and killed; `--engine ray`'s batches waited for, its workers made, asked and killed.
+A thread of its own does it and the main thread waits on that thread: an interrupt then lands in that wait, never
+inside Ray's client code. Landing there at the wrong line (an interrupt comes at any line) can leave one of the
+connection's locks held, and every later request on that connection, the one that stops the run included, hangs for
+good."""
 from __future__ import annotations
 
 import threading

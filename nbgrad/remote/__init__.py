@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..engine.checks import remote_options
 from ..errors import NbgradError
 from ..datasets.cluster import connected, start_cluster
+from ..datasets.waiting import off_main
 from .handle import RemoteModel
 from .paths import RemotePath
 from .scan import Scan, TensorSpec, scan
@@ -45,7 +46,7 @@ def _attached(name: str, given: list) -> RemoteModel:
                           f"made; {make}")
     connected()
     try:
-        actor = ray.get_actor(name, namespace=NAMESPACE)
+        actor = off_main(ray.get_actor, name, NAMESPACE)
     except ValueError:
         raise NbgradError(f"no remote model is named {name!r} on this cluster (Ray namespace {NAMESPACE!r}): "
                           f"nbgrad.remote(name={name!r}) attaches to one that another notebook made and that is "

@@ -2,6 +2,8 @@
 the actor's error raised as the local cell raises it."""
 from __future__ import annotations
 
+import queue
+
 from ..engine.compile.compiler import compile_cell
 from ..errors import NbgradError, at_cell_line
 from ..datasets.waiting import off_main
@@ -15,7 +17,7 @@ def exchange(handle, kind: str, source: str, shipped: dict, input, options: dict
     from ray import cloudpickle
     handle._send_forgotten()
     request = cloudpickle.dumps((kind, source, shipped, input, options))
-    answer = _wait(handle, handle._actor.run.remote(request))
+    answer = _wait(handle, handle._actor.run.remote, request)
     if stats is None:
         handle._stats.append(stats := {"cell": source.strip().split("\n")[0], "sent": 0, "received": 0})
     stats["sent"] += len(request)
@@ -26,21 +28,30 @@ def exchange(handle, kind: str, source: str, shipped: dict, input, options: dict
     return outcome[1]
 
 
-def _wait(handle, task) -> bytes:
+def _wait(handle, submit, request: bytes) -> bytes:
     """The run's answer; an interrupt here interrupts the run there and waits for its clean-up to finish, so
-    the model is clean when the interrupt reaches the notebook. Both waits are off the main thread (waiting.py)."""
+    the model is clean when the interrupt reaches the notebook. The request is sent, and both waits are, off the
+    main thread (waiting.py): an interrupt as it is sent stops the run once it is sent."""
+    sent = queue.Queue(maxsize=1)
     try:
-        return handle._ask(task)
+        return handle._ask(submit, request, sent=sent)
     except KeyboardInterrupt:
         try:
-            off_main(_stop_there, handle._actor, task, limit_s=INTERRUPT_WAIT_S)
+            off_main(_stop_there, handle._actor, sent, limit_s=INTERRUPT_WAIT_S)
         finally:
             raise
 
 
-def _stop_there(actor, task) -> None:
-    """The run there is interrupted (its clean-up runs), and is over when this returns."""
+def _stop_there(actor, sent: queue.Queue) -> None:
+    """The run there is interrupted (its clean-up runs), and is over when this returns; nothing is, when its
+    request could not be sent."""
     import ray
+    try:
+        task = sent.get(timeout=INTERRUPT_WAIT_S)      # the request may still be on its way: it is here once sent
+    except queue.Empty:
+        return
+    if task is None:
+        return
     actor.interrupt.remote()
     ray.cancel(task)                              # a run still queued behind another is dropped
     ray.wait([task], timeout=INTERRUPT_WAIT_S)

@@ -38,7 +38,7 @@ class RemoteModel:
         import ray
         from ray import cloudpickle
         if actor is None:
-            actor = holder_class().options(**self._actor_options).remote(self._build)
+            actor = off_main(holder_class().options(**self._actor_options).remote, self._build)
         self._actor, self._generation, self._forgotten = actor, self._generation + 1, []
         skeleton, tokenizer, weights, pid, node = cloudpickle.loads(self._ask_again(actor.describe.remote))
         self.skeleton, self.tokenizer, self.weight_bytes, self.pid, self.node = skeleton, tokenizer, weights, pid, node
@@ -48,12 +48,13 @@ class RemoteModel:
         self._ray = ray
 
     # --- what goes to the actor
-    def _ask(self, task):
-        """`ray.get(task)`, waited for off the main thread (waiting.py); a lost actor is said as such; the actor's
-        own error is raised as it is."""
+    def _ask(self, submit, *args, sent=None):
+        """`ray.get(submit(*args))`: the request sent and its answer waited for off the main thread (waiting.py), so
+        that an interrupt never lands in Ray's client code as it sends either; `sent` (a queue) gets the request's
+        task once it is sent, or None. A lost actor is said as such; the actor's own error is raised as it is."""
         import ray
         try:
-            return off_main(ray.get, task)
+            return off_main(_send_and_get, ray, submit, args, sent)
         except ray.exceptions.RayActorError as error:
             if getattr(error, "actor_init_failed", False):      # the model could not be made: say why
                 said = [line.strip() for line in str(getattr(error, "error_msg", "")).splitlines()
@@ -72,12 +73,12 @@ class RemoteModel:
             raise
 
     def _ask_again(self, submit, *args):
-        """`_ask(submit(*args))` for a request that changes nothing there, so may be sent twice. A `ray://` client
+        """`_ask(submit, *args)` for a request that changes nothing there, so may be sent twice. A `ray://` client
         whose connection broke under load and came back can find the request's result dropped by the client
         server ("ClientObjectRef ... is not found for client ..."): the request is then sent again, twice at most."""
         for attempt in range(3):
             try:
-                return self._ask(submit(*args))
+                return self._ask(submit, *args)
             except DroppedAnswer:
                 if attempt == 2:
                     raise
@@ -94,7 +95,7 @@ class RemoteModel:
         from ray import cloudpickle
         from .shipping import picklable
         picklable(f"call({getattr(fn, '__name__', 'fn')}, ...)", (fn, args, kwargs))
-        return cloudpickle.loads(self._ask(self._actor.call.remote(cloudpickle.dumps((fn, args, kwargs)))))
+        return cloudpickle.loads(self._ask(self._actor.call.remote, cloudpickle.dumps((fn, args, kwargs))))
 
     def _forget(self, generation: int, number: int) -> None:
         """A copy of a tensor the actor kept is gone (kept.py); the actor is told with the next request."""
@@ -104,7 +105,7 @@ class RemoteModel:
     def _send_forgotten(self) -> None:
         numbers, self._forgotten = self._forgotten, []
         if numbers:
-            self._actor.forget.remote(numbers)
+            off_main(self._actor.forget.remote, numbers)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self._ask_again(self._actor.zero_grad.remote, set_to_none)
@@ -115,7 +116,7 @@ class RemoteModel:
         if self._build is None:
             raise NbgradError("this handle attached to a named model that another notebook made: restart it there")
         try:
-            ray.kill(self._actor)
+            off_main(ray.kill, self._actor)
         except Exception:            # already gone
             pass
         self._start()
@@ -166,3 +167,15 @@ class RemoteModel:
 
     def __repr__(self):
         return f"remote {type(self.skeleton).__name__} ({self._label}, actor pid {self.pid})"
+
+
+def _send_and_get(ray, submit, args: tuple, sent) -> object:
+    """`ray.get(submit(*args))`, telling `sent` (when given) the task as soon as it is sent, or None if sending
+    failed: an interrupt of the wait stops that task there (exchange.py)."""
+    task = None
+    try:
+        task = submit(*args)
+    finally:
+        if sent is not None:
+            sent.put(task)
+    return ray.get(task)
