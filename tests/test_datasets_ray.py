@@ -2,6 +2,7 @@
 the work runs in the workers' processes. The Ray tests' head node (conftest's ray_head), connected to for the module."""
 import gc
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -191,6 +192,30 @@ def test_a_kept_worker_that_died_while_idle_is_replaced_not_blamed(cluster, defa
     assert int(again["pid"][0]) != int(first["pid"][0])         # a fresh worker ran it
     for before, after in zip(first["last"], again["last"], strict=True):
         torch.testing.assert_close(after, before)
+
+
+def test_every_request_to_the_workers_is_sent_off_the_main_thread(cluster, default_model, monkeypatch):
+    """Sending is Ray's code, with its connection's locks, as waiting is: an interrupt must land in nbgrad's wait, not
+    there (nbgrad/datasets/waiting.py). Workers made, batches sent, kept workers asked, workers killed."""
+    from ray.actor import ActorClass, ActorMethod
+    sent = []
+
+    def noting(real, what):
+        def send(*args, **kwargs):
+            sent.append((what(args), threading.current_thread() is threading.main_thread()))
+            return real(*args, **kwargs)
+        return send
+    monkeypatch.setattr(ActorClass, "_remote", noting(ActorClass._remote, lambda args: "make"))
+    monkeypatch.setattr(ActorMethod, "_remote", noting(ActorMethod._remote, lambda args: args[0]._method_name))
+    monkeypatch.setattr(ray, "kill", noting(ray.kill, lambda args: "kill"))
+    ray_engine._drop_pools()
+    body = "last = model.transformer.h[1].output[:, -1].save()\n"
+    for _ in range(2):              # the second run asks its kept worker whether it is alive
+        nbgrad.trace(default_model, None, body, namespace_for(default_model), over=PROMPTS[:3], batch_size=1,
+                     engine="ray", workers=1)
+    ray_engine._drop_pools()
+    assert {"make", "run", "ready", "kill"} <= {what for what, _ in sent}
+    assert [what for what, from_main in sent if from_main] == []
 
 
 def test_canonical_patterns_run_eagerly_on_the_workers_as_in_the_notebook(cluster, default_model):

@@ -14,7 +14,7 @@ import torch
 
 import nbgrad
 from inprocess import in_process_handle
-from nbgrad.datasets.waiting import off_main
+from nbgrad.datasets.waiting import Sending, off_main, send
 
 ray = pytest.importorskip("ray")
 
@@ -76,6 +76,17 @@ def test_off_main_ends_its_wait_at_the_limit_and_runs_a_call_from_another_thread
     thread.start()
     thread.join(30)
     assert names == ["a notebook's own thread"]
+
+
+def test_sending_keeps_the_task_of_a_request_for_whoever_stops_it():
+    sending = Sending()
+    assert send(lambda a, b: ("task", a, b), (1, 2), sending) == ("task", 1, 2)
+    assert sending.sent(limit_s=5) == ("task", 1, 2)
+    failed = Sending()
+    with pytest.raises(ConnectionError, match="no connection"):
+        send(lambda: (_ for _ in ()).throw(ConnectionError("no connection")), (), failed)
+    assert failed.sent(limit_s=5) is None
+    assert Sending().sent(limit_s=5) is None         # never sent (an interrupt came before): no wait past BEGIN_S
 
 
 def dropped_once(monkeypatch, message: str) -> list:

@@ -17,7 +17,7 @@ from torch import nn
 from ..engine.compile.compiler import compile_cell
 from ..engine.compile.dataflow import bound_names, read_names
 from .cluster import connected
-from .waiting import off_main
+from .waiting import Sending, off_main, send
 from ..errors import NbgradError, at_cell_line
 from ..errors.naming import a_or_an
 from ..models import loading
@@ -79,6 +79,7 @@ class RayBatches:
         import ray
         pending, free = deque(), deque()
         kept = store is not None             # a DIR keeps the finished batches
+        sending = None                       # the batch being sent: its task, for `_settle`, once it is sent
         try:
             for start, examples in batches:
                 if store is not None and store.has(start, examples):
@@ -89,17 +90,19 @@ class RayBatches:
                         free.extend(self.actors * IN_FLIGHT_PER_WORKER)
                     while not free:
                         yield from self._finish_first(pending, free, ray, kept)
-                    actor = free.popleft()
-                    task = actor.run.remote(self.source, self.shipped, examples, start, self.no_grad, self.helpers,
-                                            self.attention)
+                    actor, sending = free.popleft(), Sending()
+                    task = off_main(send, actor.run.remote, (self.source, self.shipped, examples, start, self.no_grad,
+                                                             self.helpers, self.attention), sending)
                     pending.append((start, len(examples), task, actor))
+                    sending = None
                 while pending and pending[0][2] is None:
                     start, count, _, _ = pending.popleft()
                     yield start, [{}] * count, None
             while pending:
                 yield from self._finish_first(pending, free, ray, kept)
         finally:
-            off_main(_settle, ray, [task for _, _, task, _ in pending if task is not None], limit_s=2 * SETTLE_S)
+            off_main(_settle, ray, [task for _, _, task, _ in pending if task is not None], sending,
+                     limit_s=2 * SETTLE_S)
 
     def _finish_first(self, pending: deque, free: deque, ray, kept: bool):
         start, count, task, actor = pending.popleft()
@@ -135,9 +138,13 @@ class RayBatches:
 SETTLE_S = 10        # how long a stopped run waits for the batches it cancelled, at most
 
 
-def _settle(ray, tasks: list) -> None:
+def _settle(ray, tasks: list, sending=None) -> None:
     """Cancel the batches still running when a run stops, and take their outcome (an error too): a result that no
-    one takes is printed by Ray as an "Unhandled error", beside the error the run raised."""
+    one takes is printed by Ray as an "Unhandled error", beside the error the run raised. `sending`: a batch that an
+    interrupt came upon as it was being sent (waiting.Sending), whose task is there once it is sent."""
+    late = sending.sent(SETTLE_S) if sending is not None else None
+    if late is not None and late not in tasks:
+        tasks.append(late)
     for task in tasks:
         ray.cancel(task)
     done, _ = ray.wait(tasks, num_returns=len(tasks), timeout=SETTLE_S) if tasks else ([], [])

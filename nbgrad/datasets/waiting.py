@@ -36,3 +36,35 @@ def off_main(fn, *args, limit_s: float | None = None):
     if "error" in box:
         raise box.pop("error")
     return box.get("value")
+
+
+BEGIN_S = 1.0       # how long a request an interrupt came upon is given to begin being sent (its thread started)
+
+
+class Sending:
+    """A Ray request being sent off the main thread (`send`): the task it makes, for whoever stops it after an
+    interrupt that came as it was being sent (a remote model's run, exchange.py; a run's batch, ray_engine.py)."""
+    __slots__ = ("begun", "done", "task")
+
+    def __init__(self):
+        self.begun, self.done, self.task = threading.Event(), threading.Event(), None
+
+    def sent(self, limit_s: float):
+        """Its task once it is sent; None where sending failed, never began (the interrupt came first) or took
+        longer than `limit_s`."""
+        if not self.begun.wait(BEGIN_S):
+            return None
+        self.done.wait(limit_s)
+        return self.task
+
+
+def send(submit, args: tuple, sending: Sending | None = None):
+    """`submit(*args)`, a Ray request sent (off the main thread, by `off_main`), its task kept by `sending`."""
+    if sending is None:
+        return submit(*args)
+    sending.begun.set()
+    try:
+        sending.task = submit(*args)
+        return sending.task
+    finally:
+        sending.done.set()

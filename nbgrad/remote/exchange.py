@@ -2,11 +2,9 @@
 the actor's error raised as the local cell raises it."""
 from __future__ import annotations
 
-import queue
-
 from ..engine.compile.compiler import compile_cell
 from ..errors import NbgradError, at_cell_line
-from ..datasets.waiting import off_main
+from ..datasets.waiting import Sending, off_main
 
 INTERRUPT_WAIT_S = 60
 
@@ -32,24 +30,21 @@ def _wait(handle, submit, request: bytes) -> bytes:
     """The run's answer; an interrupt here interrupts the run there and waits for its clean-up to finish, so
     the model is clean when the interrupt reaches the notebook. The request is sent, and both waits are, off the
     main thread (waiting.py): an interrupt as it is sent stops the run once it is sent."""
-    sent = queue.Queue(maxsize=1)
+    sending = Sending()
     try:
-        return handle._ask(submit, request, sent=sent)
+        return handle._ask(submit, request, sending=sending)
     except KeyboardInterrupt:
         try:
-            off_main(_stop_there, handle._actor, sent, limit_s=INTERRUPT_WAIT_S)
+            off_main(_stop_there, handle._actor, sending, limit_s=INTERRUPT_WAIT_S)
         finally:
             raise
 
 
-def _stop_there(actor, sent: queue.Queue) -> None:
-    """The run there is interrupted (its clean-up runs), and is over when this returns; nothing is, when its
-    request could not be sent."""
+def _stop_there(actor, sending: Sending) -> None:
+    """The run there is interrupted (its clean-up runs), and is over when this returns; where its request was never
+    sent, there is nothing to stop."""
     import ray
-    try:
-        task = sent.get(timeout=INTERRUPT_WAIT_S)      # the request may still be on its way: it is here once sent
-    except queue.Empty:
-        return
+    task = sending.sent(INTERRUPT_WAIT_S)        # the request may still be on its way: here once sent
     if task is None:
         return
     actor.interrupt.remote()

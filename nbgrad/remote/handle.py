@@ -8,7 +8,7 @@ import re
 from ..errors import NbgradError
 from .actor import holder_class
 from .paths import RemotePath
-from ..datasets.waiting import off_main
+from ..datasets.waiting import off_main, send
 
 DROPPED = ("the cluster's client server dropped the answer to this request: the notebook's connection to it broke "
            "and came back (Ray: {error}). The request may have run on the actor, and a cell's edits of the model with "
@@ -48,13 +48,13 @@ class RemoteModel:
         self._ray = ray
 
     # --- what goes to the actor
-    def _ask(self, submit, *args, sent=None):
+    def _ask(self, submit, *args, sending=None):
         """`ray.get(submit(*args))`: the request sent and its answer waited for off the main thread (waiting.py), so
-        that an interrupt never lands in Ray's client code as it sends either; `sent` (a queue) gets the request's
-        task once it is sent, or None. A lost actor is said as such; the actor's own error is raised as it is."""
+        that an interrupt never lands in Ray's client code as it sends either; `sending` (waiting.Sending) keeps the
+        request's task. A lost actor is said as such; the actor's own error is raised as it is."""
         import ray
         try:
-            return off_main(_send_and_get, ray, submit, args, sent)
+            return off_main(_send_and_get, ray, submit, args, sending)
         except ray.exceptions.RayActorError as error:
             if getattr(error, "actor_init_failed", False):      # the model could not be made: say why
                 said = [line.strip() for line in str(getattr(error, "error_msg", "")).splitlines()
@@ -169,13 +169,6 @@ class RemoteModel:
         return f"remote {type(self.skeleton).__name__} ({self._label}, actor pid {self.pid})"
 
 
-def _send_and_get(ray, submit, args: tuple, sent) -> object:
-    """`ray.get(submit(*args))`, telling `sent` (when given) the task as soon as it is sent, or None if sending
-    failed: an interrupt of the wait stops that task there (exchange.py)."""
-    task = None
-    try:
-        task = submit(*args)
-    finally:
-        if sent is not None:
-            sent.put(task)
-    return ray.get(task)
+def _send_and_get(ray, submit, args: tuple, sending) -> object:
+    """`ray.get(submit(*args))`, the task kept by `sending` as it is sent (waiting.send)."""
+    return ray.get(send(submit, args, sending))
