@@ -196,7 +196,8 @@ def test_a_kept_worker_that_died_while_idle_is_replaced_not_blamed(cluster, defa
 
 def test_every_request_to_the_workers_is_sent_off_the_main_thread(cluster, default_model, monkeypatch):
     """Sending is Ray's code, with its connection's locks, as waiting is: an interrupt must land in nbgrad's wait, not
-    there (nbgrad/datasets/waiting.py). Workers made, batches sent, kept workers asked, workers killed."""
+    there (nbgrad/datasets/waiting.py). The cluster's resources asked, workers made, batches sent, kept workers asked,
+    workers killed."""
     from ray.actor import ActorClass, ActorMethod
     sent = []
 
@@ -208,13 +209,14 @@ def test_every_request_to_the_workers_is_sent_off_the_main_thread(cluster, defau
     monkeypatch.setattr(ActorClass, "_remote", noting(ActorClass._remote, lambda args: "make"))
     monkeypatch.setattr(ActorMethod, "_remote", noting(ActorMethod._remote, lambda args: args[0]._method_name))
     monkeypatch.setattr(ray, "kill", noting(ray.kill, lambda args: "kill"))
+    monkeypatch.setattr(ray, "cluster_resources", noting(ray.cluster_resources, lambda args: "resources"))
     ray_engine._drop_pools()
     body = "last = model.transformer.h[1].output[:, -1].save()\n"
     for _ in range(2):              # the second run asks its kept worker whether it is alive
         nbgrad.trace(default_model, None, body, namespace_for(default_model), over=PROMPTS[:3], batch_size=1,
                      engine="ray", workers=1)
     ray_engine._drop_pools()
-    assert {"make", "run", "ready", "kill"} <= {what for what, _ in sent}
+    assert {"resources", "make", "run", "ready", "kill"} <= {what for what, _ in sent}
     assert [what for what, from_main in sent if from_main] == []
 
 

@@ -179,7 +179,7 @@ def _actors(build, key, workers) -> list:
     """The actors for this model on the cluster now: kept from an earlier run, or made."""
     import ray
     connected()        # the notebook's cluster, or a local one started with a bounded retry
-    gpus = int(ray.cluster_resources().get("GPU", 0))
+    gpus = int(off_main(ray.cluster_resources).get("GPU", 0))
     count = workers or gpus or 2
     job = ray.get_runtime_context().get_job_id()
     pool_key = (key, count, gpus)
