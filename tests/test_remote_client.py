@@ -1,8 +1,6 @@
 """`nbgrad.remote(...)` through a Ray client (`ray.init("ray://127.0.0.1:PORT")`), as a notebook off the cluster
 connects: the Ray tests' head node (conftest's ray_head, whose client server listens on 127.0.0.1), one actor, every
 cell form of tests/test_remote.py equal to a local copy's, and its errors, interrupt and killed actor as there."""
-import os
-
 import pytest
 import torch
 
@@ -28,15 +26,9 @@ RECONNECT_GRACE_S = "90"
 
 @pytest.fixture(scope="module")
 def big(ray_head):
-    before = os.environ.get("RAY_CLIENT_RECONNECT_GRACE_PERIOD")
-    os.environ["RAY_CLIENT_RECONNECT_GRACE_PERIOD"] = RECONNECT_GRACE_S     # read as the client connects
-    try:
+    with pytest.MonkeyPatch.context() as patch:       # given back as the client has connected, or failed to
+        patch.setenv("RAY_CLIENT_RECONNECT_GRACE_PERIOD", RECONNECT_GRACE_S)     # read as the client connects
         start_cluster(attempts=3, address=ray_head.client_address, logging_level="ERROR")
-    finally:
-        if before is None:
-            del os.environ["RAY_CLIENT_RECONNECT_GRACE_PERIOD"]
-        else:
-            os.environ["RAY_CLIENT_RECONNECT_GRACE_PERIOD"] = before
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
