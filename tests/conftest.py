@@ -81,15 +81,19 @@ def ray_head():
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """A failed test on the Ray head shows the end of the head's client-server logs: the server's side of a broken
-    connection, which the test's own output does not hold and which goes with the head's folder as the session ends."""
+    """A failed test on the Ray head shows the head's client-server logs: the server's side of a broken connection,
+    which the test's own output does not hold and which goes with the head's folder as the session ends. Each log's
+    INFO lines (which clients connected when, which servers started and ended: tracebacks can fill its last lines) and
+    its last lines."""
     report = (yield).get_result()
     head = getattr(item, "funcargs", {}).get("ray_head")
     if report.failed and head is not None:
         for log in sorted(Path(head.folder).glob("session_latest/logs/ray_client_server*")):
-            lines = log.read_text(errors="replace").splitlines()[-HEAD_LOG_LINES:]
-            if lines:
-                report.sections.append((f"Ray head: {log.name}, last lines", "\n".join(lines)))
+            lines = log.read_text(errors="replace").splitlines()
+            events = [line for line in lines if "\tINFO " in line]
+            for title, shown in (("INFO lines", events), ("last lines", lines)):
+                if shown:
+                    report.sections.append((f"Ray head: {log.name}, {title}", "\n".join(shown[-HEAD_LOG_LINES:])))
 
 
 HEAD_LOG_LINES = 40
