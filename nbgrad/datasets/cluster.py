@@ -9,9 +9,13 @@ from __future__ import annotations
 import time
 
 from ..errors import NbgradError
+from .waiting import off_main
 
 START_ATTEMPTS = 3
 ANSWER_S = 120
+# How long the processes of a failed or interrupted start get to end on SIGTERM before SIGKILL: nothing of theirs is
+# kept, and an interrupt waits for them (some of Ray's ignored SIGTERM for the 10 s given before)
+END_GRACE_S = 3
 
 
 def connected(**init_options) -> None:
@@ -23,7 +27,9 @@ def connected(**init_options) -> None:
 
 
 def start_cluster(attempts: int = START_ATTEMPTS, pause_s: float = 2.0, **init_options) -> None:
-    """`ray.init(**init_options)`, tried up to `attempts` times; every failure is kept and said at the end."""
+    """`ray.init(**init_options)`, tried up to `attempts` times; every failure is kept and said at the end. An
+    interrupt ends the start: what the attempt started goes first (a local cluster's GCS, raylet and agents would
+    outlive it, holding CPUs and ports, and the next start would make a second cluster)."""
     import ray
     failures = []
     for attempt in range(attempts):
@@ -32,10 +38,11 @@ def start_cluster(attempts: int = START_ATTEMPTS, pause_s: float = 2.0, **init_o
             ray.init(**init_options)
             ray.get(ray.put(None), timeout=ANSWER_S)    # it answers: a `ray://` client's data channel can die as it opens
             return
-        except Exception as error:          # Ray raises several kinds (ConnectionError, RuntimeError, TimeoutError)
+        except BaseException as error:      # Ray raises several kinds (ConnectionError, RuntimeError, TimeoutError)
+            off_main(_stop_attempt, ray, before)         # (a second interrupt stops the wait, not the clean-up)
+            if not isinstance(error, Exception):
+                raise
             failures.append(f"attempt {attempt + 1}: {type(error).__name__}: {error}")
-            ray.shutdown()
-            _end(_children() - before)
             time.sleep(pause_s * (attempt + 1))       # a busy machine: give the last start's processes time to go
     raise NbgradError(f"could not start or reach a Ray cluster with ray.init({_options(init_options)}) in "
                       f"{attempts} attempts: " + "; ".join(failures))
@@ -43,6 +50,12 @@ def start_cluster(attempts: int = START_ATTEMPTS, pause_s: float = 2.0, **init_o
 
 def _options(options: dict) -> str:
     return ", ".join(f"{key}={value!r}" for key, value in options.items() if key != "runtime_env")
+
+
+def _stop_attempt(ray, before: set) -> None:
+    """Disconnect, and end the processes a failed or interrupted start left (started since `before`)."""
+    ray.shutdown()
+    _end(_children() - before)
 
 
 def _children() -> set:
@@ -61,9 +74,10 @@ def _end(pids: set) -> None:
             processes.append(process)
         except psutil.Error:                # already gone
             pass
-    _, alive = psutil.wait_procs(processes, timeout=10)
+    _, alive = psutil.wait_procs(processes, timeout=END_GRACE_S)
     for process in alive:
         try:
             process.kill()
         except psutil.Error:
             pass
+    psutil.wait_procs(alive, timeout=END_GRACE_S)       # reaped: none is left a zombie

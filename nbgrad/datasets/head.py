@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from ..errors import NbgradError
+from .waiting import off_main
 
 SLOW_START_ENV = {"RAY_agent_register_timeout_ms": "600000", "RAY_worker_register_timeout_seconds": "600"}
 STARTED = "Ray runtime started"
@@ -66,9 +67,11 @@ class Head:
             try:
                 self._start(ports, num_cpus, resources, client, start_s)
                 return
-            except NbgradError as failure:
+            except BaseException as failure:     # an interrupt too: the head's session goes before it is raised
+                off_main(self.stop, isinstance(failure, NbgradError))     # (a second one stops only the wait)
+                if not isinstance(failure, NbgradError):
+                    raise
                 failures.append(f"attempt {attempt + 1}: {failure}")
-                self.stop(keep_folder=True)
         shutil.rmtree(self.folder, ignore_errors=True)
         raise NbgradError(f"a Ray head node (ray start --head) did not start in {attempts} attempts: "
                           + "; ".join(failures))
