@@ -206,3 +206,19 @@ def test_an_interrupt_as_a_cell_is_sent_lands_in_the_wait_and_stops_the_run_once
     here = {"big": nbgrad.load_model()}
     nbgrad.trace(here["big"], "Hi", "y = big.transformer.h[1].output.save()\n", here)
     assert torch.equal(namespace["y"], here["y"])
+
+
+@pytest.mark.parametrize("named", [False, True])
+def test_an_interrupt_while_a_remote_model_is_made_kills_its_new_actor_unless_it_is_named(monkeypatch, named):
+    """`nbgrad.remote(...)` waits for its new actor to build the model and describe it; interrupted there, no handle
+    comes back, so nothing would reach that actor, which would hold the model until the notebook let go of the
+    interrupt's traceback: it is killed. A named actor stays: `get_if_exists` may have found another notebook's."""
+    from nbgrad.remote.handle import RemoteModel
+    sent, client = sent_from(monkeypatch), ClientLike()
+    monkeypatch.setattr(ray, "get", client.get)
+    interrupt_once_waiting(client)
+    options = {"name": "big", "namespace": "nbgrad", "lifetime": "detached", "get_if_exists": True} if named else {}
+    with pytest.raises(KeyboardInterrupt):
+        RemoteModel(nbgrad.load_model, options)
+    client.answer_now.set()                            # the describe there ends (its answer is let go)
+    assert sent == [("make", False), ("describe", False)] + ([] if named else [("kill", False)])

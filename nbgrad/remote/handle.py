@@ -35,12 +35,23 @@ class RemoteModel:
         self._start(actor)
 
     def _start(self, actor=None) -> None:
+        """Make the actor (unless given), and take its description: the skeleton, the tokenizer, where it runs. An
+        actor made here whose start fails or is interrupted is killed: no handle would reach it (a restart's keeps
+        the old, lost one), and it would hold the model until the notebook let go of the error. A named actor is
+        left: `get_if_exists` may have found another notebook's."""
         import ray
         from ray import cloudpickle
-        if actor is None:
+        made = actor is None
+        if made:
             actor = off_main(holder_class().options(**self._actor_options).remote, self._build)
+        try:
+            described = self._ask_again(actor.describe.remote)
+        except BaseException:
+            if made and "name" not in self._actor_options:
+                off_main(_kill, ray, actor)
+            raise
         self._actor, self._generation, self._forgotten = actor, self._generation + 1, []
-        skeleton, tokenizer, weights, pid, node = cloudpickle.loads(self._ask_again(actor.describe.remote))
+        skeleton, tokenizer, weights, pid, node = cloudpickle.loads(described)
         self.skeleton, self.tokenizer, self.weight_bytes, self.pid, self.node = skeleton, tokenizer, weights, pid, node
         if tokenizer is not None:
             from ..models.loading import register_tokenizer
@@ -115,10 +126,7 @@ class RemoteModel:
         import ray
         if self._build is None:
             raise NbgradError("this handle attached to a named model that another notebook made: restart it there")
-        try:
-            off_main(ray.kill, self._actor)
-        except Exception:            # already gone
-            pass
+        off_main(_kill, ray, self._actor)
         self._start()
 
     def stats(self) -> list:
@@ -172,3 +180,10 @@ class RemoteModel:
 def _send_and_get(ray, submit, args: tuple, sending) -> object:
     """`ray.get(submit(*args))`, the task kept by `sending` as it is sent (waiting.send)."""
     return ray.get(send(submit, args, sending))
+
+
+def _kill(ray, actor) -> None:
+    try:
+        ray.kill(actor)
+    except Exception:            # already gone
+        pass
