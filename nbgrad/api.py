@@ -19,7 +19,7 @@ from .engine.results.result import Result
 from .engine.listing import listing
 from .engine.edit.edits import Edit, install, names_read
 from .engine.edit.editstack import stack_on
-from .engine.run.moduletree import compiled_inner
+from .engine.moduletree import compiled_inner
 from .engine.run.runtime import Runtime, active_runtime
 from .errors import GradError, NbgradError
 from .errors.options import checked_options, options_of, unknown_option

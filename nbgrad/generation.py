@@ -21,7 +21,7 @@ from .engine import checks
 from .errors.options import checked_options
 from .engine.compile.pasted import rewritten
 from .engine.compile.sourcetext import check_source
-from .engine.run.moduletree import compiled_inner
+from .engine.moduletree import compiled_inner
 from .engine.results.result import Result, holds_saved
 from .engine.run.rows import InvokeRows
 from .engine.run.runtime import Runtime

@@ -239,3 +239,11 @@ def test_readme_and_pyproject_ask_for_the_same_python():
     readme = re.search(r"Python (3\.\d+)\+", (ROOT / "README.md").read_text()).group(1)
     required = re.search(r'requires-python = ">=(3\.\d+)"', (ROOT / "pyproject.toml").read_text()).group(1)
     assert readme == required, f"README says Python {readme}+, pyproject.toml >={required}"
+
+
+RUN_CORE_LINES = 2900        # issue 45: one scheduler, no second interpreter, every feature kept within this
+
+
+def test_the_run_core_stays_within_its_lines():
+    lines = sum(len(path.read_text().splitlines()) for path in (PACKAGE / "engine" / "run").glob("*.py"))
+    assert lines <= RUN_CORE_LINES, f"engine/run/ has {lines} lines, more than {RUN_CORE_LINES}"

@@ -7,7 +7,7 @@ from torch import nn
 
 import nbgrad
 from nbgrad.models.inputs import input_device
-from nbgrad.engine.run.moduletree import parameter_slots
+from nbgrad.engine.moduletree import parameter_slots
 from families import one_thread, save_checkpoint  # noqa: F401
 from helpers import hook_count
 

@@ -7,7 +7,7 @@ import sys
 
 import torch
 
-from ..engine.run.moduletree import compiled_inner
+from ..engine.moduletree import compiled_inner
 from ..errors import InputError
 from . import loading
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from ..engine.run import moduletree
+from ..engine import moduletree
 from ..errors import InputError
 from ..errors.naming import a_or_an
 from .limits import check_token_ids, input_embeddings

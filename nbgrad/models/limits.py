@@ -7,7 +7,7 @@ import weakref
 import torch
 from torch import nn
 
-from ..engine.run import moduletree
+from ..engine import moduletree
 from ..errors import naming
 from ..errors import InputError
 from .byid import weakly

@@ -12,7 +12,7 @@ import weakref
 
 import torch
 
-from ..engine.run import moduletree
+from ..engine import moduletree
 from ..engine.run.rows import InvokeRows
 from .batching import batch_invokes, text_batch
 from .cell import invoke_inputs, model_to_trace

@@ -7,7 +7,7 @@ import operator
 import torch
 from torch import nn
 
-from .moduletree import parameter_columns
+from ..moduletree import parameter_columns
 from ..compile.program import RUNTIME_NAME
 from ..results.result import holds_unsaved
 

@@ -16,7 +16,7 @@ from itertools import islice
 
 from torch import nn
 
-from . import moduletree
+from .. import moduletree
 
 _GETATTR, _GETATTRIBUTE = nn.Module.__getattr__, nn.Module.__getattribute__
 _PLAIN_KEPT = 512

@@ -14,7 +14,7 @@ from .elements import element, find, hold
 from .hookset import DictHandle
 from .calls import hook_every_call, note_called_again
 from .missing import HOOKABLE, PATH_ERRORS, note_type, path_error
-from .moduletree import compiled_inner
+from ..moduletree import compiled_inner
 from .scheduler import Scheduler
 from .rows import rows_of
 from .skips import PARTIAL, RowsSkipped, SkipGate, checked_skip_value
