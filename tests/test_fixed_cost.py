@@ -27,10 +27,11 @@ ONE_GRADIENT = "hs = model.transformer.h[1].output\nwith model.output.logits.sum
 # message.
 CALL_BUDGET = 23
 GRADIENT_CALL_BUDGET = 68
-# A loop that edits every block (bench/overhead.py's (c)): 55 calls, each block's edit called from its event as a
-# raw hook would be (a HookLoop), through the core's trampoline, which writes the block's timeline row (54 when the
-# event's hook wrote it), the blocks hooked by the loop in one call; 56 when ForwardEvents.hook hooked each block;
-# run as a statement resumed at each block it made 77
+# A loop that edits every block (bench/overhead.py's (c)): 56 calls, each block's hook (a HookLoop's `on_block`) only
+# edits and logs, and the core answers the log after the model (`replay`: its trampoline, which writes each block's
+# timeline row, and the loop's step), where its code runs warm; 55 when each block's event went through the core
+# inside the forward (54 when the event's hook wrote the row), the blocks hooked by the loop in one call; 56 when
+# ForwardEvents.hook hooked each block; run as a statement resumed at each block it made 77
 EDIT_LOOP = "for i in range(len(model.transformer.h)):\n    model.transformer.h[i].output[:] *= 0.5\n" \
             "logits = model.output.logits.save()"
 EDIT_LOOP_CALL_BUDGET = 56

@@ -10,6 +10,7 @@ from torch import nn
 import nbgrad
 from nbgrad.engine.compile.compiler import compile_cell
 from nbgrad.engine.run.hookloops import _EditLoop
+from nbgrad.engine.run.runtime import active_runtime
 from helpers import hook_count, tiny_gpt2
 
 IDS = torch.tensor([[3, 14, 15, 92, 65, 35]])
@@ -192,3 +193,94 @@ def test_an_error_in_the_body_is_the_cells_at_its_line_and_the_next_cell_works(s
     assert hook_count(model) == 0 and steps == [0]
     logits = nbgrad.trace(model, IDS, "logits = model.output.logits.save()", namespace).saved["logits"]
     torch.testing.assert_close(logits, model(IDS).logits)
+
+
+SCALE = ("for i in range(len(model.transformer.h)):\n    model.transformer.h[i].output[:] *= 0.5\n"
+         "logits = model.output.logits.save()\n")          # bench/overhead.py's (c)
+
+
+def as_the_forward_ends(model, cell, namespace, **options) -> tuple:
+    """(the run's Result, [(blocks logged, the loop's rows in the timeline)] as the final norm runs: once the blocks
+    have all run, before the model returns)."""
+    seen = []
+
+    def probe(module, args, output):
+        run = active_runtime()
+        seen.append((len(run.forward.logged or ()), [row for row in run.timeline if row[1] is not None]))
+    handle = model.transformer.ln_f.register_forward_hook(probe)
+    try:
+        return nbgrad.trace(model, IDS, cell, namespace, **options), seen
+    finally:
+        handle.remove()
+
+
+def test_an_edit_loop_alone_in_the_forward_leaves_its_bookkeeping_to_the_models_end(steps):
+    """Each block's hook only edits and logs (run/hookloops.py, `on_block`): as the forward ends, the four blocks are
+    logged and none has its row yet. The core answers them once the model has returned: the run order is the general
+    runner's, row for row, and the logits are plain hooks'."""
+    model = tiny_gpt2()
+    fast, seen = as_the_forward_ends(model, SCALE, {"model": model})
+    assert seen == [(4, [])] and steps == [0, 1, 2, 3] and hook_count(model) == 0
+    general, seen = as_the_forward_ends(model, SCALE, {"model": model}, runner="general")
+    assert len(seen) == 1 and seen[0][0] == 0 and len(seen[0][1]) == 4
+    assert str(fast.graph) == str(general.graph) and "forward: line 1 woken by" in str(fast.graph)
+
+    def halve(module, args, output):
+        output[:] *= 0.5
+    handles = [block.register_forward_hook(halve) for block in model.transformer.h]
+    try:
+        plain = model(IDS).logits
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert torch.equal(fast.saved["logits"], plain) and torch.equal(general.saved["logits"], plain)
+
+
+@pytest.mark.parametrize("cell", [
+    "x = model.transformer.h[1].output[:, -1].save()\n" + SCALE,
+    SCALE + "y = model.transformer.h[2].output[:, 0].save()\n",
+    "c = cache(\"transformer.h.*\")\n" + SCALE,
+    SCALE + "model.output.logits.sum().backward()\n",
+], ids=["a read of a block before", "a read of a block after", "a cache", "a backward pass"])
+def test_an_edit_loop_with_more_to_do_inside_the_forward_answers_each_block_at_its_event(cell):
+    """Anything else waiting on an event of the forward (or started once the loop is done, or a cache, or gradients):
+    no log, and the run is the general runner's."""
+    model = tiny_gpt2()
+    runs = []
+    for runner in ("fast", "general"):
+        namespace = {"model": model}
+        result, seen = as_the_forward_ends(model, cell, namespace, runner=runner)
+        runs.append((namespace, result))
+        assert seen[0][0] == 0 and hook_count(model) == 0
+        model.zero_grad(set_to_none=True)
+    (fast_names, fast), (general_names, general) = runs
+    assert str(fast.graph) == str(general.graph) and list(fast.saved) == list(general.saved)
+    for name in fast.saved:
+        torch.testing.assert_close(fast.saved[name], general.saved[name])
+
+
+def test_an_error_in_a_later_blocks_body_is_said_as_the_general_runner_says_it(steps):
+    """The blocks before are answered first (their rows), then the failing block's row and its error, at its line."""
+    model = tiny_gpt2()
+    cell = "for i in range(len(model.transformer.h)):\n    model.transformer.h[i].output[:] *= scales[i]\n"
+    errors = []
+    for runner in ("fast", "general"):
+        with pytest.raises(IndexError) as raised:
+            nbgrad.trace(model, IDS, cell, {"model": model, "scales": [1.0, 2.0, 3.0]}, runner=runner)
+        errors.append(raised.value)
+        assert hook_count(model) == 0
+    assert steps == [0, 1, 2, 3]
+    assert str(errors[0]) == str(errors[1]) and str(errors[0].nbgrad_graph) == str(errors[1].nbgrad_graph)
+    frames = [traceback.extract_tb(error.__traceback__)[-1] for error in errors]
+    assert [(frame.filename.startswith("<nbgrad-cell-"), frame.lineno) for frame in frames] == [(True, 2), (True, 2)]
+    assert str(errors[0].nbgrad_graph).count("line 1 woken by") == 4
+    logits = nbgrad.trace(model, IDS, "logits = model.output.logits.save()", {"model": model}).saved["logits"]
+    torch.testing.assert_close(logits, model(IDS).logits)
+
+
+def test_a_block_called_twice_takes_the_events_own_way_from_there():
+    """A module the model calls again (a recurrent layer) is edited at its first call, as the statement edits it."""
+    (fast_names, fast), (general_names, general) = both_ways(
+        Skipping([0, 1, 1, 2]), "for layer in model.layers:\n    layer.output[:] *= 2\ny = model.output.save()\n")
+    torch.testing.assert_close(fast_names["y"], general_names["y"])
+    assert str(fast.graph) == str(general.graph)

@@ -30,7 +30,7 @@ class ForwardEvents:
     statement kinds (a quiet cell deferred, the model's own output answered from what its call returns)."""
     __slots__ = ("runtime", "uses", "values", "live", "late_hooks", "model_running", "done", "tuple_reads",
                  "other_reads", "last_replacement", "requested", "sinks", "early_sinks", "cache_only", "stopping",
-                 "quick", "batch", "quiet", "logged", "answers_return", "returned", "held", "covered")
+                 "quick", "batch", "quiet", "logged", "answers_return", "returned", "held", "covered", "deferred")
 
     def __init__(self, runtime, fast: bool = False):
         program = runtime.program
@@ -51,11 +51,12 @@ class ForwardEvents:
         self.quick = runtime.rows is None and not program.row_zero
         self.batch = runtime.rows.batch_size if runtime.rows is not None and not program.row_zero else None
         self.quiet = fast and program.quiet   # the deferred kind: events logged, statements answered after the model
-        self.logged = None               # a quiet cell's events, key -> value in the order they came, until replayed
+        self.logged = None               # a quiet cell's events (or `deferred`'s), key -> value in order, till replayed
         self.answers_return = fast       # the model's own output may be answered from what its call returns
         self.returned = None             # the key of that output, when it is answered so
         self.held = None                 # use id -> where its loop's `PATH[i]` finds blocks (elements.py), or False
         self.covered = frozenset()       # the PATHs of loops whose blocks are hooked by their Steps (hookloops.py)
+        self.deferred = None             # the run's edit loop, whose log `logged` holds when it may (hookloops.py)
 
     def read(self, task, request):
         module = task.module        # the module it was parked on, when it is being woken

@@ -18,9 +18,10 @@ ALL = slice(None)         # an on-event function's `:` where its statement is in
 
 
 class _Loop:
-    """What a loop's blocks share: run, variable, body, use, block count, the next block; for a list, its name, its
-    elements so far, blocks that came early. `advance`: what an event calls (the class's: no reference to itself)."""
-    __slots__ = ("run", "name", "body", "use", "size", "next", "first", "result", "values", "early")
+    """What a loop's blocks share: run, variable, body, use, block count, the next block, how many blocks' bodies ran
+    at their event (`on_block`); for a list, its name, its elements so far, blocks that came early. `advance`: what an
+    event calls (the class's: no reference to itself)."""
+    __slots__ = ("run", "name", "body", "use", "size", "next", "ran", "first", "result", "values", "early")
 
     def step(self, step: Task, value, error: Exception | None = None) -> None:
         """A block of an edit loop returned `value`: the loop's body edits it (the core's `_advance`, for a block)."""
@@ -37,7 +38,8 @@ class _Loop:
                 self.body(value, step.item or ALL)
             else:
                 run.ns[self.name] = step.item
-                self.body(value)
+                if step.position >= self.ran:
+                    self.body(value)
         except BaseException:
             run.failed = step.index if run.failed is None else run.failed
             raise
@@ -83,9 +85,47 @@ class _Loop:
 
 
 class _EditLoop(_Loop):
-    """A loop that edits each block's output."""
+    """A loop that edits each block's output. Where it alone waits on events inside the forward (Runtime._forward says),
+    a block's hook runs only the body and logs the event, as a raw hook would; the core answers the log once the model
+    has returned, where its own code runs warm (`replay`: about 5 us a block less on the embedded model)."""
     __slots__ = ()
     advance = _Loop.step
+
+    def on_block(self, step: Task, key, module, args, value):
+        """A block's hook. Anything out of the way (no log, a block out of order or called again, a call the cell
+        makes) goes the event's own way, the log answered first."""
+        run = self.run
+        logged = run.forward.logged
+        if logged is None or step.position != self.ran or run.in_statement:
+            if logged is not None:
+                self.replay()
+            return run.forward._on_event(key, module, args, value)
+        run.ns[self.name] = step.item
+        try:
+            self.body(value)
+        except BaseException as error:       # the blocks before answered, then this one: its row, its error (`step`)
+            self.replay()
+            run.forward.values[key] = value
+            del run.parked[key]
+            step.cause, step.module = self.use, None
+            run._advance(step, value, error, self.use)
+        logged[key] = value
+        self.ran += 1
+
+    def replay(self) -> None:
+        """Answer the logged blocks in order, as `ForwardEvents._on_event` would have (the core writes each row), the
+        bodies skipped; later blocks are answered as they come."""
+        run, use = self.run, self.use
+        forward, parked, outer, run.cause = run.forward, run.parked, run.cause, use
+        logged, forward.logged = forward.logged, None
+        try:
+            for key, value in logged.items():
+                forward.values[key] = value
+                ((step, _),) = parked.pop(key)
+                step.cause, step.module = use, None
+                run._advance(step, value, None, use)
+        finally:
+            run.cause = outer
 
 
 class _ListLoop(_Loop):
@@ -134,7 +174,10 @@ def start_loop(run, node) -> bool:
         return False
     state = _EditLoop() if loop.result is None else _ListLoop()
     state.run, state.name, state.body, state.use = run, loop.name, types.FunctionType(loop.body, ns), loop.use
-    state.size, state.next, state.result, state.values, state.early = len(blocks), 0, loop.result, [], {}
+    state.size, state.next, state.ran, state.result, state.values, state.early = len(blocks), 0, 0, loop.result, [], {}
+    edits = loop.result is None and not forward.quiet
+    if edits:                   # the run's one edit loop may leave its bookkeeping to the model's end; of two, neither
+        forward.deferred = state if forward.deferred is None else False
     request, index, cause = tuple.__new__(Read, (None, loop.use, None)), node.spec.index, run.cause
     parked, hooks = run.parked, []
     on_event = forward._log_event if forward.quiet else forward._on_event   # `forward.hook`'s, a block being no model
@@ -144,7 +187,7 @@ def start_loop(run, node) -> bool:
         step.grad_mode = None
         step.loop, step.position, step.item = state, position, position if loop.by_index else block
         key = (id(block), "output")
-        hooks.append((key, block, partial(on_event, key)))
+        hooks.append((key, block, partial(state.on_block, step, key) if edits else partial(on_event, key)))
         parked.setdefault(key, []).append((step, request))
     run.hooks.forward_hooks(hooks)
     # What stands for the loop among the started tasks until its last block is done: no generator, and no reference

@@ -157,20 +157,24 @@ class Runtime(Scheduler):
         self.start_ready()
         if plain is None or not plain <= forward.requested:
             forward.hook_targets(self.program.forward_targets)
+        loop = forward.deferred     # an edit loop that alone waits inside the forward (its blocks, once each) logs them
+        if loop and self.rows is None and self._gradients is None and not self.unstarted and len(self.hooks) == (
+                loop.size + (forward.returned is not None)) and sum(map(len, self.parked.values())) == len(self.parked):
+            forward.logged = {}
         forward.model_running, self.phase = True, FORWARD
         try:
             try:
                 if self.stopped_at is None:      # a stop() before the model ran: it does not run at all
                     output = self.model(*call_args, **call_kwargs)
                     if forward.logged is not None:
-                        forward.replay()
+                        (forward.deferred or forward).replay()
                     if forward.returned is not None:    # the last event of the forward, after those a quiet cell logged
                         forward._on_event(forward.returned, None, None, output)
             except StopRun:
                 pass
             except Exception:
                 if forward.logged:      # what a quiet cell's statements did inside the hooks before the model failed
-                    forward.replay()
+                    (forward.deferred or forward).replay()
                 raise
         except RuntimeError as error:
             hints.note_float_ids(error, call_args, call_kwargs)
@@ -254,7 +258,7 @@ class Runtime(Scheduler):
         self._exited = True
         # No cycle left (the run <-> its parts): what it held goes by reference counting, not at a collector's pass
         self.handlers = {}
-        forward.runtime = None
+        forward.runtime = forward.deferred = None
 
     def _forward_done(self) -> None:
         """The model's forward call has returned: start what waited for that."""
