@@ -104,17 +104,15 @@ class _EditLoop(_Loop):
         try:
             self.body(value)
         except BaseException as error:       # the blocks before answered, then this one: its row, its error (`step`)
-            self.replay()
-            run.forward.values[key] = value
-            del run.parked[key]
-            step.cause, step.module = self.use, None
-            run._advance(step, value, error, self.use)
+            logged[key] = value
+            self.replay(error)
         logged[key] = value
         self.ran += 1
 
-    def replay(self) -> None:
+    def replay(self, error: BaseException | None = None) -> None:
         """Answer the logged blocks in order, as `ForwardEvents._on_event` would have (the core writes each row), the
-        bodies skipped; later blocks are answered as they come."""
+        bodies skipped; later blocks are answered as they come. `error`: what the body of the block after the last
+        that ran (`ran`) raised, raised by its step as the statement's."""
         run, use = self.run, self.use
         forward, parked, outer, run.cause = run.forward, run.parked, run.cause, use
         logged, forward.logged = forward.logged, None
@@ -123,7 +121,7 @@ class _EditLoop(_Loop):
                 forward.values[key] = value
                 ((step, _),) = parked.pop(key)
                 step.cause, step.module = use, None
-                run._advance(step, value, None, use)
+                run._advance(step, value, error if step.position == self.ran else None, use)
         finally:
             run.cause = outer
 
