@@ -17,7 +17,7 @@ from torch import nn
 from ..engine.compile.compiler import compile_cell
 from ..engine.compile.dataflow import bound_names, read_names
 from .cluster import connected
-from .waiting import Sending, off_main, send
+from .waiting import Sending, kill, off_main, send
 from ..errors import NbgradError, at_cell_line
 from ..errors.naming import a_or_an
 from ..models import loading
@@ -169,10 +169,7 @@ def _drop_pools() -> None:
     import ray
     for key in list(_pools):
         for actor in _pools.pop(key)[1]:
-            try:
-                off_main(ray.kill, actor)
-            except Exception:            # an actor already dead, or of a cluster since shut down
-                pass
+            kill(ray, actor)
 
 
 def _actors(build, key, workers) -> list:

@@ -68,3 +68,15 @@ def send(submit, args: tuple, sending: Sending | None = None):
         return sending.task
     finally:
         sending.done.set()
+
+
+def kill(ray, actor) -> None:
+    """`ray.kill(actor)`, off the main thread: an actor already gone, or of a cluster since shut down, is no error."""
+    off_main(_kill, ray, actor)
+
+
+def _kill(ray, actor) -> None:
+    try:
+        ray.kill(actor)
+    except Exception:
+        pass

@@ -8,7 +8,7 @@ import re
 from ..errors import NbgradError
 from .actor import holder_class
 from .paths import RemotePath
-from ..datasets.waiting import off_main, send
+from ..datasets.waiting import kill, off_main, send
 
 DROPPED = ("the cluster's client server dropped the answer to this request: the notebook's connection to it broke "
            "and came back (Ray: {error}). The request may have run on the actor, and a cell's edits of the model with "
@@ -48,7 +48,7 @@ class RemoteModel:
             described = self._ask_again(actor.describe.remote)
         except BaseException:
             if made and "name" not in self._actor_options:
-                off_main(_kill, ray, actor)
+                kill(ray, actor)
             raise
         self._actor, self._generation, self._forgotten = actor, self._generation + 1, []
         skeleton, tokenizer, weights, pid, node = cloudpickle.loads(described)
@@ -126,7 +126,7 @@ class RemoteModel:
         import ray
         if self._build is None:
             raise NbgradError("this handle attached to a named model that another notebook made: restart it there")
-        off_main(_kill, ray, self._actor)
+        kill(ray, self._actor)
         self._start()
 
     def stats(self) -> list:
@@ -180,10 +180,3 @@ class RemoteModel:
 def _send_and_get(ray, submit, args: tuple, sending) -> object:
     """`ray.get(submit(*args))`, the task kept by `sending` as it is sent (waiting.send)."""
     return ray.get(send(submit, args, sending))
-
-
-def _kill(ray, actor) -> None:
-    try:
-        ray.kill(actor)
-    except Exception:            # already gone
-        pass
