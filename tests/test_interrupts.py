@@ -66,6 +66,13 @@ CELLS = {
                     "    with invoke(interrupt_ids):\n"
                     "        model.transformer.h[i].output[:, 0] = 0\n"
                     "        outs.append(model.lm_head.output[:, -1].save())\n"),
+    # a patch in an invoke that waits for the other's value: its on-event statement made before the model, started
+    # inside the forward (run/hookloops.py, start_one's `ahead`)
+    "patch": ("with invoke(interrupt_ids):\n"
+              "    clean = model.transformer.h[0].output[:, -1].save()\n"
+              "with invoke(interrupt_ids):\n"
+              "    model.transformer.h[0].output[:, -1] = clean\n"
+              "    patched = model.lm_head.output[:, -1].save()\n"),
     # canonical names (nbgrad/names): a rewrite, and the eager attention switch that `pattern` turns on for the cell
     "canonical": ("outs = [model.layers[i].resid_post.save() for i in range(model.n_layers)]\n"
                   "model.layers[1].resid_mid[:, 0] = 0\n"
@@ -79,7 +86,8 @@ CHECK = ("after = model.transformer.h[0].output.save()\n"
          "    after_grad = after.grad.save()\n")
 IDS = torch.tensor([[5, 9, 2, 7]])
 INVOKES = "with invoke("         # a cell of invokes takes no INPUT
-CELL_NAMES = ("hs", "logits", "g", "after", "after_grad", "c", "outs", "last", "i", "scale", "Scale")      # what the cells above bind
+CELL_NAMES = ("hs", "logits", "g", "after", "after_grad", "c", "outs", "last", "i", "scale", "Scale", "clean",
+              "patched")      # what the cells above bind
 # cells that run as a direct run (runner="fast": the fast statement kinds, engine/run/runtime.py)
 # cells compiled against the notebook's names (a class's methods, a loop's invokes, the model's canonical paths)
 COMPILED_WITH_NAMES = ("canonical", "invoke loop", "method")

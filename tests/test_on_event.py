@@ -74,7 +74,7 @@ def test_an_on_event_cell_gives_what_the_runtime_gives(cell, capfd, monkeypatch)
     taken = []
     original = hookloops.start_one
     monkeypatch.setattr("nbgrad.engine.run.runtime.Runtime._start_one",
-                        lambda run, node: taken.append(original(run, node)) or taken[-1])
+                        lambda run, node, ahead=False: taken.append(original(run, node, ahead)) or taken[-1])
     ids = None if "invoke(" in ON_EVENT_CELLS[cell] else torch.tensor([[3, 17, 42, 5, 88, 9]])
     found = assert_same_both_ways(ON_EVENT_CELLS[cell], capfd, ids=ids)
     assert taken and taken[0], taken          # the fast run took the kind (a statement whose event has passed when
@@ -124,6 +124,61 @@ def test_the_patch_equals_plain_hooks_on_a_batch():
     assert hook_count(MODEL) == 0
 
 
+def _walks_in_forward(monkeypatch) -> tuple:
+    """(whether each `walk` of an on-event statement's path came while the model ran, the hooks that tell it)."""
+    walks, original, running = [], hookloops.walk, [False]
+    monkeypatch.setattr(hookloops, "walk", lambda *args: walks.append(running[0]) or original(*args))
+    handles = [MODEL.register_forward_pre_hook(lambda *_: running.__setitem__(0, True)),
+               MODEL.register_forward_hook(lambda *_: running.__setitem__(0, False))]
+    return walks, handles
+
+
+def test_a_statement_that_waits_for_another_finds_its_module_before_the_model(monkeypatch):
+    """The patch waits for `clean`, whose event is its own: it starts inside the forward, once `clean` has run. Its
+    module is found, and its parts made, before the model runs, where the run's code is warm (start_one's `ahead`)."""
+    walks, handles = _walks_in_forward(monkeypatch)
+    try:
+        result = nbgrad.trace(MODEL, None, PATCH, {"model": MODEL, "torch": torch}, no_grad=True)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert walks == [False, False, False]       # clean, patched, then the patch's ahead: none inside the forward
+    general = nbgrad.trace(MODEL, None, PATCH, {"model": MODEL, "torch": torch}, no_grad=True, runner="general")
+    assert torch.equal(result.saved["patched"], general.saved["patched"])
+    assert [tuple(run) for run in result.graph.runs] == [tuple(run) for run in general.graph.runs]
+    assert hook_count(MODEL) == 0
+
+
+@pytest.mark.parametrize("change", ["a module registered", "the root rebound"])
+def test_what_was_made_before_the_model_is_found_again_after_a_change(change, monkeypatch):
+    """A module registered anywhere, or the path's root name bound to another object, between the run's start and the
+    patch's: the patch finds its module again, as the general run evaluates its path then."""
+    copy = type(MODEL)(MODEL.config).eval()
+
+    def change_it(module, args, output):
+        if change == "a module registered":
+            nn.Module().add_module("spare", nn.Identity())
+        else:
+            namespace["model"] = copy
+    outcomes, (walks, handles) = [], _walks_in_forward(monkeypatch)
+    handles.append(MODEL.transformer.h[0].register_forward_hook(change_it))
+    try:
+        for runner in ("general", "fast"):
+            namespace, walks[:] = {"model": MODEL, "torch": torch}, []
+            try:
+                result = nbgrad.trace(MODEL, None, PATCH, namespace, no_grad=True, runner=runner)
+                outcomes.append(("saved", result.saved["patched"].tolist(), [tuple(run) for run in result.graph.runs]))
+            except nbgrad.NbgradError as error:
+                outcomes.append(("error", str(error)))
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert walks == [False, False, False, True]     # the fast run's patch: found again, inside the forward
+    assert outcomes[1] == outcomes[0]
+    assert outcomes[0][0] == ("error" if change == "the root rebound" else "saved"), outcomes[0]
+    assert hook_count(MODEL) == 0 and hook_count(copy) == 0
+
+
 class Wrapped(nn.Module):
     """A model whose path to its blocks is a property: not `_modules` lookups, so the statement runs as written."""
     def __init__(self, inner):
@@ -142,7 +197,7 @@ def test_a_path_not_found_in_modules_runs_as_a_generator(monkeypatch):
     taken = []
     original = hookloops.start_one
     monkeypatch.setattr("nbgrad.engine.run.runtime.Runtime._start_one",
-                        lambda run, node: taken.append(original(run, node)) or taken[-1])
+                        lambda run, node, ahead=False: taken.append(original(run, node, ahead)) or taken[-1])
     wrapped, ids = Wrapped(MODEL), torch.tensor([[3, 17, 42]])
     source = "h = model.blocks[1].output[:, -1].save()"
     fast = nbgrad.trace(wrapped, ids, source, {"model": wrapped})

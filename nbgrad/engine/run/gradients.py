@@ -6,8 +6,7 @@ from functools import partial
 import torch
 from torch import nn
 
-from ...errors import diagnose
-from ...errors import GradError
+from ...errors import GradError, diagnose
 from ..compile.program import GradRead
 from .sites import Site
 from .targets import target_elements

@@ -11,6 +11,7 @@ from functools import partial
 
 from ...errors import OrderError, diagnose
 from ..compile.program import Read
+from .. import moduletree
 from .elements import hold, walk
 from .scheduler import Task
 
@@ -132,20 +133,32 @@ class _ListLoop(_Loop):
     advance = _Loop.collect
 
 
-def start_one(run, node) -> bool:
+def start_one(run, node, ahead: bool = False) -> bool:
     """Start an on-event statement (Node.one) as an edit loop of one block, the statement its body, parked as its read
-    would be (ForwardEvents.read) or run at once; False where `walk` cannot find its module: it runs as written."""
-    one = node.one
-    module = walk(run.ns, one.root, one.steps)
-    if module is None:
-        return False
-    state, step, first = _EditLoop(), Task(), Task()      # (Tasks filled in here: making one runs no Python code)
-    state.run, state.name, state.body, state.use = run, None, types.FunctionType(one.body, run.ns), one.use
-    state.size, state.next, state.first, index = 1, 0, first, node.spec.index
-    step.node, step.index, step.gen, step.cause, step.module = node, index, None, run.cause, module
-    step.grad_mode, step.loop, step.position, invoke = None, state, 0, node.spec.invoke
-    step.item = slice(*run.rows.spans[invoke]) if one.rows and invoke is not None else None     # (forward.read)
-    first.node, first.index, first.gen, first.loop = node, index, None, None      # as a loop's (start_loop)
+    would be (ForwardEvents.read) or run at once; False where `walk` cannot find its module: it runs as written.
+    `ahead`: before the model, only make its parts, for a start inside the forward (after the statement it waits
+    for), where the same work runs cold; taken while no module is registered and the root's name holds the same."""
+    one, versions = node.one, moduletree._structure_version
+    made = run.ahead.pop(node, None) if run.ahead else None
+    if made is None or made[0] != versions[0] or run.ns.get(one.root) is not made[1]:
+        module = walk(run.ns, one.root, one.steps)
+        if module is None:
+            return False
+        state, step, first = _EditLoop(), Task(), Task()      # (Tasks filled in here: making one runs no Python code)
+        state.run, state.name, state.body, state.use = run, None, types.FunctionType(one.body, run.ns), one.use
+        state.size, state.next, state.first, index = 1, 0, first, node.spec.index
+        step.node, step.index, step.gen, step.module, step.grad_mode = node, index, None, module, None
+        step.loop, step.position, invoke = state, 0, node.spec.invoke
+        step.item = slice(*run.rows.spans[invoke]) if one.rows and invoke is not None else None     # (forward.read)
+        first.node, first.index, first.gen, first.loop = node, index, None, None      # as a loop's (start_loop)
+        if ahead:
+            run.ahead[node] = (versions[0], run.ns.get(one.root), state, step, first)
+            if (id(module), "output") in run.hooks:     # its event is hooked already: `hook_targets` need not look
+                run.forward.requested.add(one.use)
+            return True
+    else:
+        _, _, state, step, first = made
+    step.cause = run.cause
     run.tasks.append(first)
     try:
         answered, value = run.forward.read(step, tuple.__new__(Read, (None, one.use, None)))   # (no Python call)

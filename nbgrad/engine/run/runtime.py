@@ -51,7 +51,7 @@ class Runtime(Scheduler):
                  rows=None, fast: bool = False):
         # The core's state (scheduler.py says what each holds), then the run's
         self.program, self.ns, self.pass_state, self.unstarted = program, namespace, (), list(program.nodes)
-        self.finished, self.tasks, self.parked, self.timeline = set(), [], {}, []
+        self.finished, self.tasks, self.parked, self.timeline, self.ahead = set(), [], {}, [], {}
         self.cause = self.current = self.failed = self.one_reads = None
         self.in_statement, self.phase, self.forward_over = 0, BEFORE_MODEL, False
         self.model, self.no_grad, self.rows = model, no_grad, rows     # rows: InvokeRows with `with invoke(...)`
@@ -155,6 +155,10 @@ class Runtime(Scheduler):
         if forward.quiet:
             forward.logged = {}
         self.start_ready()
+        if self.one_events and self.unstarted:      # on-event statements that wait for another: found now (start_one)
+            for node in self.unstarted:
+                if node.one is not None:
+                    self._start_one(node, True)
         if plain is None or not plain <= forward.requested:
             forward.hook_targets(self.program.forward_targets)
         loop = forward.deferred     # an edit loop that alone waits inside the forward (its blocks, once each) logs them
@@ -258,7 +262,7 @@ class Runtime(Scheduler):
         self._exited = True
         # No cycle left (the run <-> its parts): what it held goes by reference counting, not at a collector's pass
         self.handlers = {}
-        forward.runtime = forward.deferred = None
+        forward.runtime = forward.deferred = self.ahead = None
 
     def _forward_done(self) -> None:
         """The model's forward call has returned: start what waited for that."""

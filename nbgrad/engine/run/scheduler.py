@@ -10,8 +10,7 @@ import types
 import torch
 from torch import is_grad_enabled, set_grad_enabled
 
-from ...errors import diagnose
-from ...errors import NbgradError, OrderError
+from ...errors import NbgradError, OrderError, diagnose
 
 
 def thread_contexts() -> tuple:
@@ -43,14 +42,15 @@ class Scheduler:
     `one_events` an on-event statement (Node.one), starts as one (`_start_loop`, `_start_one`: hookloops.py)."""
     __slots__ = ("program", "ns", "pass_state", "handlers", "unstarted", "finished", "tasks", "parked", "cause",
                  "in_statement", "current", "timeline", "phase", "forward_over", "failed", "hook_loops", "one_reads",
-                 "one_events")
+                 "one_events", "ahead")
 
     # Set as a run is made (Runtime.__init__, no call of its own). `pass_state`: per backward pass, "pending" |
     # "running" | "done"; `finished`: indices; `tasks`: started, not finished; `parked`: event key -> [(task, request)];
     # `cause`: the use id of the event delivered now; `in_statement` > 0 while a statement's own code runs (module calls
     # it makes are not events); `current`: the task whose code runs; `timeline`: (node index, use id of the event that
     # woke it or None, phase); `phase`: "forward", "backward pass 0", ...; `forward_over`: the model's forward call
-    # returned (a backward pass may run inside it); `failed`: the index of the node whose code raised
+    # returned (a backward pass may run inside it); `failed`: the index of the node whose code raised; `ahead`: node ->
+    # the parts of an on-event statement made before the model, for its start inside the forward (hookloops.start_one)
 
     def start_ready(self) -> None:
         """Start, in source order, every node whose dependencies have finished (and whose backward pass, for
