@@ -1,7 +1,7 @@
 """nbgrad's overhead as a ratio against the same work done with raw PyTorch hooks, in one run.
 
 Each scenario runs nbgrad and raw hooks in pairs on the same model and ids, each first in every other pair;
-the ratio is median(nbgrad) / median(raw) over 400 runs each by default, "per pair" the median of each pair's
+the ratio is median(nbgrad) / median(raw) over 2000 runs each by default, "per pair" the median of each pair's
 nbgrad / raw (both runs of a pair see the same drift of the machine's speed), and the fixed cost the median of the
 per-pair differences, with half the width of its 95% interval (what this run cannot tell apart). With
 `--device cuda` the models and ids live on the GPU, each timed run ends with `torch.cuda.synchronize()` (both
@@ -300,9 +300,10 @@ def embedded_setup() -> tuple:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    # 400 pairs: at 100 the fixed cost's 95% interval was +-50 to 120 us (1.5 to 3.5% of a 3.4 ms forward), wider than
-    # the bars' margins, so one run's ratio moved by 0.02 from one run to the next; at 400, +-25 to 40 us (under 1%)
-    parser.add_argument("--runs", type=int, default=400)
+    # 2000 pairs: at 100 the fixed cost's 95% interval was +-50 to 120 us (1.5 to 3.5% of a 3.4 ms forward); at 400,
+    # +-25 to 40 us, still as wide as the margins of (c) and (f) to their bars: (f) read 1.037 to 1.065 from one run to
+    # the next. At 2000, +-11 to 19 us, and (f) 1.043 to 1.049 in six runs; the embedded rows take about two minutes
+    parser.add_argument("--runs", type=int, default=2000)
     # A GPT-2-small forward varies by milliseconds from run to run, against a fixed cost of a tenth of one: its
     # ratios need as many pairs as the embedded model's to tell 2% apart from noise (see the ± column)
     parser.add_argument("--small-runs", type=int, default=100, help="pairs on the GPT-2-small shape")
